@@ -1,0 +1,153 @@
+"""The tracked-kind registry: which kinds get an AIBOM, which are walked through.
+
+Kinds are identified by API group + Kind, never by apiVersion. The registry is
+configuration (a YAML document), not code, so a user adds a kind without a
+release. Pure: parsing takes text, never a path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class GroupKind:
+    """An API group and a Kind: the identity of a kind across versions."""
+
+    group: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.group or 'core'}/{self.kind}"
+
+
+def group_of(api_version: str) -> str:
+    """The API group of an apiVersion: `apps/v1` -> `apps`, `v1` -> `` (core)."""
+    group, sep, _ = api_version.rpartition("/")
+    return group if sep else ""
+
+
+def group_kind_of(obj: dict[str, Any]) -> GroupKind:
+    """The GroupKind of a raw object."""
+    return GroupKind(group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", "")))
+
+
+# The built-in registry, as the YAML a user would write (`aibom-rollup kinds`
+# prints it). Kept in code, not a data file, so the core reads no files.
+DEFAULT_KINDS_YAML = """\
+# The built-in kind registry. Kinds are matched by API group + Kind, never by
+# apiVersion (Dynamo owner references say nvidia.com/v1alpha1 or v1beta1
+# depending on the operator's version).
+#
+# tracked:   kinds that get their own AIBOM when they are a root, and are listed
+#            in their root's aibom.rollup.owned.<i> properties otherwise.
+# walkOnly:  intermediates the walk passes through; never reported, never listed.
+# Add a kind with `--kinds FILE` (same shape); entries are merged with these
+# unless the file says `replace: true`.
+tracked:
+  - {group: apps, kind: Deployment}
+  - {group: apps, kind: StatefulSet}
+  - {group: apps, kind: DaemonSet}
+  - {group: batch, kind: Job}
+  - {group: batch, kind: CronJob}
+  - {group: nvidia.com, kind: DynamoGraphDeployment}
+  - {group: nvidia.com, kind: DynamoComponentDeployment}
+  - {group: apps.nvidia.com, kind: NIMService}
+  - {group: leaderworkerset.x-k8s.io, kind: LeaderWorkerSet}
+walkOnly:
+  - {group: apps, kind: ReplicaSet}
+  - {group: "", kind: Pod}
+  - {group: grove.io, kind: PodCliqueSet}
+  - {group: grove.io, kind: PodCliqueScalingGroup}
+  - {group: grove.io, kind: PodClique}
+  # Chains the design does not list but real clusters have (ARCHITECTURE.md):
+  # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet, and
+  # NIMService -> KServe InferenceService. Walked, never reported.
+  - {group: disaggregatedset.x-k8s.io, kind: DisaggregatedSet}
+  - {group: serving.kserve.io, kind: InferenceService}
+"""
+
+
+class RegistryError(ValueError):
+    """The kind configuration is not what we expect; the message says where."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindRegistry:
+    """Tracked kinds (reported) and walk-only intermediates (never reported)."""
+
+    tracked: frozenset[GroupKind]
+    walk_only: frozenset[GroupKind]
+
+    def __post_init__(self) -> None:
+        both = self.tracked & self.walk_only
+        if both:
+            names = ", ".join(sorted(str(gk) for gk in both))
+            raise RegistryError(f"kinds both tracked and walk-only: {names}")
+
+    def is_tracked(self, gk: GroupKind) -> bool:
+        return gk in self.tracked
+
+    def is_known(self, gk: GroupKind) -> bool:
+        return gk in self.tracked or gk in self.walk_only
+
+    def merged(self, other: KindRegistry) -> KindRegistry:
+        """This registry plus another's kinds; a kind the other tracks stops being walk-only."""
+        tracked = self.tracked | other.tracked
+        return KindRegistry(
+            tracked=tracked, walk_only=(self.walk_only | other.walk_only) - tracked
+        )
+
+
+def _parse_entries(raw: Any, *, field: str, source: str) -> frozenset[GroupKind]:
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list):
+        raise RegistryError(f"{source}: `{field}` must be a list of {{group, kind}}")
+    out: set[GroupKind] = set()
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
+            raise RegistryError(f"{source}: {field}[{i}] needs a string `kind`")
+        group = entry.get("group", "")
+        if not isinstance(group, str):
+            raise RegistryError(f"{source}: {field}[{i}].group must be a string")
+        if "/" in group:
+            raise RegistryError(
+                f"{source}: {field}[{i}].group {group!r} looks like an apiVersion;"
+                " kinds are matched by group only (for example `nvidia.com`)"
+            )
+        out.add(GroupKind(group, entry["kind"]))
+    return frozenset(out)
+
+
+def parse_registry(text: str, *, source: str = "kinds config") -> tuple[KindRegistry, bool]:
+    """Parse a registry document; returns it and whether it replaces the default."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"{source}: not YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{source}: expected a mapping with `tracked` and `walkOnly`")
+    unknown = set(doc) - {"tracked", "walkOnly", "replace"}
+    if unknown:
+        raise RegistryError(f"{source}: unknown keys {sorted(unknown)}")
+    registry = KindRegistry(
+        tracked=_parse_entries(doc.get("tracked"), field="tracked", source=source),
+        walk_only=_parse_entries(doc.get("walkOnly"), field="walkOnly", source=source),
+    )
+    return registry, bool(doc.get("replace", False))
+
+
+def default_registry() -> KindRegistry:
+    """The built-in registry: every kind ARCHITECTURE.md names."""
+    registry, _ = parse_registry(DEFAULT_KINDS_YAML, source="built-in kinds")
+    return registry
+
+
+def registry_from_config(text: str, *, source: str) -> KindRegistry:
+    """The default registry extended (or replaced) by a user's config text."""
+    user, replace = parse_registry(text, source=source)
+    return user if replace else default_registry().merged(user)

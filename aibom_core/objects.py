@@ -1,0 +1,102 @@
+"""Reading raw Kubernetes objects: identity and controller ownerReferences.
+
+Objects stay the raw dicts the API server sent (no model deserialization);
+these helpers read the few fields the roll-up needs. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aibom_core.kinds import GroupKind, group_of, group_kind_of
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class ObjRef:
+    """Who an object is: group, kind, namespace, name and (when assigned) UID."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def group_kind(self) -> GroupKind:
+        return GroupKind(self.group, self.kind)
+
+    @property
+    def kind_name(self) -> str:
+        """`<Kind>/<name>`, the form of `aibom.dev/root` and `aibom.rollup.owned.<i>`."""
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def hop(self) -> str:
+        """`<group>/<Kind>/<name>` (group `core` for the core group), as in rollup-reason."""
+        return f"{self.group or 'core'}/{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """A controller ownerReference: enough to fetch the owner and check its UID."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @property
+    def group_kind(self) -> GroupKind:
+        return GroupKind(group_of(self.api_version), self.kind)
+
+
+def metadata(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def name_of(obj: Obj) -> str:
+    """The name, or for a CREATE with generateName the prefix (the name is not assigned yet)."""
+    meta = metadata(obj)
+    return str(meta.get("name") or meta.get("generateName") or "")
+
+
+def ref_of(obj: Obj, *, namespace: str | None = None) -> ObjRef:
+    meta = metadata(obj)
+    gk = group_kind_of(obj)
+    return ObjRef(
+        group=gk.group,
+        kind=gk.kind,
+        namespace=str(meta.get("namespace") or namespace or ""),
+        name=name_of(obj),
+        uid=str(meta.get("uid") or ""),
+    )
+
+
+def controller_ref(obj: Obj) -> OwnerRef | None:
+    """The ownerReference with `controller: true`, if any.
+
+    Only the controller reference counts: other owners (garbage-collection
+    owners) do not say who manages the object. The API server refuses more than
+    one controller reference, so the first is the only one.
+    """
+    refs = metadata(obj).get("ownerReferences")
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return OwnerRef(
+                api_version=str(ref.get("apiVersion", "")),
+                kind=str(ref.get("kind", "")),
+                name=str(ref.get("name", "")),
+                uid=str(ref.get("uid", "")),
+            )
+    return None
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    ann = metadata(obj).get("annotations")
+    return ann if isinstance(ann, dict) else {}

@@ -1,0 +1,130 @@
+"""The published result of a walk: the four `aibom.dev/` annotations, and the
+JSONPatch that puts them on an object. Pure.
+
+Authority is always the UID-checked controller chain; these annotations are
+only its published result, so any value a user wrote into our keys is
+overwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aibom_core.objects import Obj, annotations_of, metadata
+from aibom_core.walk import Rollup, WalkResult
+
+DEFAULT_PREFIX = "aibom.dev/"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The annotation keys under a prefix (default `aibom.dev/`)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        if not self.prefix.endswith("/") or self.prefix.count("/") != 1:
+            raise ValueError(f"annotation prefix must look like `example.com/`: {self.prefix!r}")
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}root"
+
+    @property
+    def root_uid(self) -> str:
+        return f"{self.prefix}root-uid"
+
+    @property
+    def rollup(self) -> str:
+        return f"{self.prefix}rollup"
+
+    @property
+    def reason(self) -> str:
+        return f"{self.prefix}rollup-reason"
+
+    def all(self) -> tuple[str, str, str, str]:
+        return (self.root, self.root_uid, self.rollup, self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """The values of the four keys; None means the key must be absent."""
+
+    root: str | None
+    root_uid: str | None
+    rollup: str
+    reason: str | None
+
+    def as_annotations(self, keys: Keys) -> dict[str, str | None]:
+        return {
+            keys.root: self.root,
+            keys.root_uid: self.root_uid,
+            keys.rollup: self.rollup,
+            keys.reason: self.reason,
+        }
+
+
+def stamp_of(result: WalkResult) -> Stamp:
+    """The stamp ARCHITECTURE.md defines for a walk result."""
+    root = result.root
+    return Stamp(
+        root=root.kind_name if root else None,
+        # Omitted when the root is the object itself and the API server has
+        # not assigned its UID yet (CREATE).
+        root_uid=(root.uid or None) if root else None,
+        rollup=result.status.value,
+        reason=(
+            str(result.failure)
+            if result.status is Rollup.UNRESOLVED and result.failure
+            else None
+        ),
+    )
+
+
+def escape_pointer(token: str) -> str:
+    """RFC 6901: `~` is `~0`, `/` is `~1`."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def stamp_patch(obj: Obj, stamp: Stamp, *, keys: Keys) -> list[dict[str, Any]]:
+    """JSONPatch ops that make `obj` carry exactly `stamp`; empty when it already does."""
+    meta = metadata(obj)
+    current = annotations_of(obj)
+    want = stamp.as_annotations(keys)
+    ops: list[dict[str, Any]] = []
+    has_annotations = isinstance(meta.get("annotations"), dict)
+    if not has_annotations and any(v is not None for v in want.values()):
+        # `add` needs its parent: create the map first.
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    for key, value in want.items():
+        path = f"/metadata/annotations/{escape_pointer(key)}"
+        if value is None:
+            if key in current:
+                ops.append({"op": "remove", "path": path})
+        elif current.get(key) != value:
+            ops.append({"op": "replace" if key in current else "add", "path": path, "value": value})
+    return ops
+
+
+def stamp_merge_patch(obj: Obj, stamp: Stamp, *, keys: Keys) -> dict[str, Any] | None:
+    """The same change as a JSON merge patch of annotations only (None: nothing to do)."""
+    current = annotations_of(obj)
+    want = stamp.as_annotations(keys)
+    changes = {k: v for k, v in want.items() if current.get(k) != v and (v is not None or k in current)}
+    if not changes:
+        return None
+    return {"metadata": {"annotations": changes}}
+
+
+def read_stamp(obj: Obj, *, keys: Keys) -> Stamp | None:
+    """The stamp an object carries now, if it carries our rollup key."""
+    ann = annotations_of(obj)
+    if keys.rollup not in ann:
+        return None
+    return Stamp(
+        root=ann.get(keys.root),
+        root_uid=ann.get(keys.root_uid),
+        rollup=ann[keys.rollup],
+        reason=ann.get(keys.reason),
+    )

@@ -1,0 +1,981 @@
+"""A real Kubernetes control plane for the integration tests and the local demo.
+
+The binaries (etcd, kube-apiserver, kube-controller-manager, kubectl) are built
+from the Go module in this folder (see ``go.mod`` and ``README.md``) and cached
+outside the repository, keyed by a hash of ``go.mod``, ``go.sum`` and the
+``cmd/`` mains. :class:`ControlPlane` runs them on 127.0.0.1 with random free
+ports, fresh certificates and a fresh data directory.
+
+Public API::
+
+    ensure_binaries() -> Path            # build (first time) and return bin/
+    kubectl_path() -> Path               # version-matched kubectl
+    shared_dir() -> Path                 # <repo>/../shared/upstream or $AIBOM_SHARED_DIR
+    with ControlPlane() as cp:
+        cp.kubeconfig                    # admin kubeconfig (system:masters)
+        cp.server                        # "https://127.0.0.1:PORT"
+        cp.request("GET", "/version")    # stdlib HTTPS, admin or another identity
+        cp.kubectl("get", "ns")          # kubectl against the admin kubeconfig
+        cp.restricted_kubeconfig("alice", ["team-a"])
+        cp.install_crds()
+
+Nothing here fakes the API: every call goes to the real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import ctypes
+import datetime as _dt
+import fcntl
+import hashlib
+import http.client
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+__all__ = [
+    "BINARIES",
+    "DEFAULT_CRD_FILES",
+    "ETCD_VERSION",
+    "K8S_VERSION",
+    "MODULE_DIR",
+    "REPO_ROOT",
+    "ApiResponse",
+    "BuildError",
+    "ClientIdentity",
+    "ControlPlane",
+    "ControlPlaneError",
+    "Kubectl",
+    "binaries_dir",
+    "build_key",
+    "cache_dir",
+    "ensure_binaries",
+    "kubectl_path",
+    "running_control_plane",
+    "shared_dir",
+]
+
+#: The Kubernetes release every binary is built from (k8s.io/kubernetes in go.mod).
+K8S_VERSION: Final = "v1.36.3"
+#: The etcd server release (go.etcd.io/etcd/server/v3 in go.mod).
+ETCD_VERSION: Final = "v3.6.8"
+#: The binaries ``ensure_binaries`` builds, each from ``cmd/<name>``.
+BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+
+MODULE_DIR: Final = Path(__file__).resolve().parent
+REPO_ROOT: Final = MODULE_DIR.parent.parent
+
+#: The CRDs ``install_crds`` installs, relative to :func:`shared_dir`.
+#: Dynamo comes from ``crds-standin/``: the real Dynamo CRDs name Dynamo's
+#: conversion webhook, so without the Dynamo operator any v1alpha1 read or
+#: write fails; the stand-ins serve v1alpha1 and v1beta1 with no conversion.
+DEFAULT_CRD_FILES: Final = (
+    "lws/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "lws/crds/disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+    "grove/crds/grove.io_podcliquesets.yaml",
+    "grove/crds/grove.io_podcliquescalinggroups.yaml",
+    "grove/crds/grove.io_podcliques.yaml",
+    "grove/crds/scheduler.grove.io_podgangs.yaml",
+    "dynamo/crds-standin/nvidia.com_dynamographdeployments.minimal.yaml",
+    "dynamo/crds-standin/nvidia.com_dynamocomponentdeployments.minimal.yaml",
+    "nim-operator/crds/apps.nvidia.com_nimservices.yaml",
+    "nim-operator/crds/apps.nvidia.com_nimcaches.yaml",
+    "k8s-aibom/crds/external/serving.kserve.io_inferenceservices.yaml",
+)
+
+# Bump when the way binaries are built changes (flags, layout), to rebuild.
+_BUILD_RECIPE: Final = "1"
+_SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
+_SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started, or a call to it failed."""
+
+
+class BuildError(ControlPlaneError):
+    """The Go build of the control-plane binaries failed."""
+
+
+def _log(msg: str) -> None:
+    print(f"[controlplane] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def cache_dir() -> Path:
+    """``$AIBOM_CACHE_DIR`` or ``~/.cache/aibom-rollup``, plus ``controlplane/``."""
+    base = os.environ.get("AIBOM_CACHE_DIR") or str(Path.home() / ".cache" / "aibom-rollup")
+    return Path(base).expanduser() / "controlplane"
+
+
+def shared_dir() -> Path:
+    """The upstream data folder: ``$AIBOM_SHARED_DIR`` or ``<repo>/../shared/upstream``."""
+    env = os.environ.get("AIBOM_SHARED_DIR")
+    return Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "upstream"
+
+
+def _build_inputs() -> list[Path]:
+    files = [MODULE_DIR / "go.mod", MODULE_DIR / "go.sum"]
+    files += sorted(p for p in (MODULE_DIR / "cmd").rglob("*") if p.is_file())
+    return files
+
+
+def build_key() -> str:
+    """``<k8s-version>-<hash>``: the hash covers go.mod, go.sum and the mains."""
+    digest = hashlib.sha256(f"recipe={_BUILD_RECIPE}\n".encode())
+    for path in _build_inputs():
+        digest.update(path.relative_to(MODULE_DIR).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"{K8S_VERSION}-{digest.hexdigest()[:16]}"
+
+
+def binaries_dir() -> Path:
+    """Where the binaries of the current build key live (they may not exist yet)."""
+    return cache_dir() / build_key() / "bin"
+
+
+def _have_binaries(bin_dir: Path) -> bool:
+    return all(os.access(bin_dir / name, os.X_OK) for name in BINARIES)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _ldflags() -> str:
+    major, minor, _ = K8S_VERSION.lstrip("v").split(".", 2)
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={K8S_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+def _find_go() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        raise BuildError("the Go toolchain ('go') is not on PATH; it is needed to build the control plane")
+    return go
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(cannot read {path}: {exc})"
+    return "\n".join(data[-lines:])
+
+
+def ensure_binaries(*, progress_interval: float = 15.0) -> Path:
+    """Build the binaries unless cached; return their directory.
+
+    A cached build costs a hash of a few files. A cold build takes 10-20
+    minutes on 2 cores; progress goes to stderr every ``progress_interval``
+    seconds, and the full ``go build -v`` output to ``<cache>/<key>/build.log``.
+    Concurrent callers wait on a file lock and reuse the first one's build.
+    """
+    key_dir = cache_dir() / build_key()
+    bin_dir = key_dir / "bin"
+    if _have_binaries(bin_dir):
+        return bin_dir
+    key_dir.mkdir(parents=True, exist_ok=True)
+    with open(key_dir / ".lock", "w") as lock:
+        if not _try_lock(lock):
+            _log(f"another process is building {key_dir.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if _have_binaries(bin_dir):
+            return bin_dir
+        _build(key_dir, progress_interval)
+    return bin_dir
+
+
+def _try_lock(lock: IO[str]) -> bool:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _build(key_dir: Path, progress_interval: float) -> None:
+    go = _find_go()
+    staging = Path(tempfile.mkdtemp(prefix="bin.", dir=key_dir))
+    log_path = key_dir / "build.log"
+    env = dict(os.environ)
+    env["CGO_ENABLED"] = "0"
+    # go.sum is committed: never let the build rewrite go.mod/go.sum.
+    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
+    cmd = [
+        go, "build", "-v", "-trimpath", "-ldflags", _ldflags(),
+        "-o", str(staging) + os.sep, *[f"./cmd/{name}" for name in BINARIES],
+    ]  # fmt: skip
+    _log(
+        f"building {', '.join(BINARIES)} ({K8S_VERSION}, etcd {ETCD_VERSION}) into {key_dir};"
+        f" a cold build takes 10-20 min on 2 cores (log: {log_path})"
+    )
+    start = time.monotonic()
+    count = 0
+    last = ""
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, cwd=MODULE_DIR, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        lines: list[str] = []
+        lock = threading.Lock()
+
+        def pump(stream: IO[str]) -> None:
+            for line in stream:
+                log.write(line)
+                log.flush()
+                with lock:
+                    lines.append(line.rstrip("\n"))
+
+        reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
+        reader.start()
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=progress_interval)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                with lock:
+                    count += len(lines)
+                    last = lines[-1] if lines else last
+                    lines.clear()
+                _log(f"still building ({time.monotonic() - start:.0f} s, {count} packages; last: {last})")
+        except BaseException:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        reader.join(timeout=10)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(
+            f"go build failed (exit {proc.returncode}) after {elapsed:.0f} s; "
+            f"last lines of {log_path}:\n{_tail(log_path)}"
+        )
+    out = subprocess.run(
+        [str(staging / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
+    )
+    if K8S_VERSION not in out.stdout:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(f"built kube-apiserver reports {out.stdout.strip()!r}, not {K8S_VERSION}")
+    bin_dir = key_dir / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    staging.rename(bin_dir)
+    _log(f"built in {elapsed:.0f} s: {bin_dir}")
+
+
+def kubectl_path() -> Path:
+    """The kubectl built from the same release as the API server (builds if needed)."""
+    return ensure_binaries() / "kubectl"
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+def _pem_cert(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
+    path.write_bytes(data)
+    path.chmod(mode)
+    return path
+
+
+@dataclass(frozen=True)
+class _CA:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @classmethod
+    def create(cls, common_name: str) -> _CA:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        now = _dt.datetime.now(_dt.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(hours=1))
+            .not_valid_after(now + _dt.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                    crl_sign=True, encipher_only=False, decipher_only=False,
+                ),
+                critical=True,
+            )  # fmt: skip
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return cls(key, cert)
+
+    def issue(
+        self,
+        common_name: str,
+        *,
+        organizations: Sequence[str] = (),
+        server: bool = False,
+        client: bool = False,
+        dns_names: Sequence[str] = (),
+        ip_addresses: Sequence[str] = (),
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+        usages = []
+        if server:
+            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+        if client:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        now = _dt.datetime.now(_dt.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(self.cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _dt.timedelta(hours=1))
+            .not_valid_after(now + _dt.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                    crl_sign=False, encipher_only=False, decipher_only=False,
+                ),
+                critical=True,
+            )  # fmt: skip
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                critical=False,
+            )
+        )
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
+        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return key, builder.sign(self.key, hashes.SHA256())
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    # If the Python parent dies without cleaning up (SIGKILL), the kernel sends
+    # SIGTERM to the child: no stray control plane outlives its owner.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, pdeathsig: bool) -> None:
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                self.args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=self.env,
+                preexec_fn=_pdeathsig if pdeathsig else None,
+            )  # fmt: skip
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def check_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise ControlPlaneError(
+                f"{self.name} exited with code {self.popen.returncode}; "
+                f"last lines of {self.log_path}:\n{self.tail()}"
+            )
+
+    def tail(self, lines: int = 40) -> str:
+        return _tail(self.log_path, lines)
+
+    def stop(self, grace: float) -> None:
+        if self.popen is None:
+            return
+        pgid = self.popen.pid  # start_new_session: the child leads its own group
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                self.popen.wait()
+        # Anything the process left behind in its group goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@dataclass(frozen=True)
+class ApiResponse:
+    """One HTTP response from the API server."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """A client certificate signed by the cluster CA, and a kubeconfig using it."""
+
+    user: str
+    groups: tuple[str, ...]
+    cert_file: Path
+    key_file: Path
+    kubeconfig: Path
+
+
+def _kubeconfig(server: str, ca_pem: bytes, cert_pem: bytes, key_pem: bytes, user: str) -> str:
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "aibom", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}
+        ],
+        "users": [
+            {"name": user, "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}
+        ],
+        "contexts": [{"name": "aibom", "context": {"cluster": "aibom", "user": user}}],
+        "current-context": "aibom",
+        "preferences": {},
+    }
+    return json.dumps(doc, indent=2) + "\n"  # JSON is valid YAML
+
+
+class Kubectl(Protocol):
+    """The shape of :meth:`ControlPlane.kubectl` (and the ``kubectl`` fixture)."""
+
+    def __call__(
+        self,
+        *args: str,
+        kubeconfig: Path | None = ...,
+        input: str | None = ...,
+        check: bool = ...,
+        timeout: float = ...,
+    ) -> subprocess.CompletedProcess[str]: ...
+
+
+# --------------------------------------------------------------------------- control plane
+
+_LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for cp in list(_LIVE):
+        with contextlib.suppress(Exception):
+            cp.stop()
+
+
+@dataclass
+class _Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+
+    @classmethod
+    def pick(cls) -> _Ports:
+        ports: set[int] = set()
+        while len(ports) < 4:
+            ports.add(_free_port())
+        a, b, c, d = sorted(ports)
+        return cls(a, b, c, d)
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. The
+    admin kubeconfig (user ``aibom-admin`` in group ``system:masters``) is
+    :attr:`kubeconfig`; the data directory (certs, etcd data, one log per
+    process) is :attr:`data_dir` and is removed by :meth:`stop` unless it was
+    passed in by the caller or ``keep_data_dir`` is set.
+    """
+
+    data_dir: Path | None = None
+    bin_dir: Path | None = None
+    startup_timeout: float = 90.0
+    stop_grace: float = 10.0
+    keep_data_dir: bool = False
+    extra_apiserver_args: Sequence[str] = ()
+    extra_controller_manager_args: Sequence[str] = ()
+
+    server: str = field(init=False, default="")
+    kubeconfig: Path = field(init=False, default=Path())
+    ca_file: Path = field(init=False, default=Path())
+    admin: ClientIdentity | None = field(init=False, default=None)
+    etcd_url: str = field(init=False, default="")
+    ports: _Ports | None = field(init=False, default=None)
+    _procs: list[_Process] = field(init=False, default_factory=list)
+    _ca: _CA | None = field(init=False, default=None)
+    _owns_data_dir: bool = field(init=False, default=False)
+    _identities: int = field(init=False, default=0)
+
+    # ----------------------------------------------------------- lifecycle
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._procs) and all(p.alive() for p in self._procs)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.pid for p in self._procs if p.pid is not None}
+
+    @property
+    def log_files(self) -> dict[str, Path]:
+        return {p.name: p.log_path for p in self._procs}
+
+    def start(self) -> ControlPlane:
+        """Start all three processes and wait until they are ready."""
+        if self._procs:
+            raise ControlPlaneError("control plane already started")
+        bin_dir = self.bin_dir or ensure_binaries()
+        self.bin_dir = bin_dir
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="aibom-cp-"))
+            self._owns_data_dir = True
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        _LIVE.add(self)
+        began = time.monotonic()
+        try:
+            for attempt in range(3):
+                try:
+                    self._start_once(bin_dir, self.data_dir)
+                    break
+                except ControlPlaneError as exc:
+                    self._stop_processes()
+                    if "address already in use" not in str(exc) or attempt == 2:
+                        raise
+                    _log("a port was taken meanwhile; retrying with new ports")
+        except BaseException:
+            self.stop()
+            raise
+        _log(f"control plane {K8S_VERSION} ready at {self.server} in {time.monotonic() - began:.1f} s")
+        return self
+
+    def _start_once(self, bin_dir: Path, data: Path) -> None:
+        ports = self.ports = _Ports.pick()
+        pki = data / "pki"
+        pki.mkdir(exist_ok=True)
+        ca = self._ca = self._ca or _CA.create("aibom-test-ca")
+        self.ca_file = _write(pki / "ca.crt", _pem_cert(ca.cert), 0o644)
+        ca_key = _write(pki / "ca.key", _pem_key(ca.key))
+        skey, scert = ca.issue(
+            "kube-apiserver",
+            server=True,
+            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                       "kubernetes.default.svc.cluster.local"],
+            ip_addresses=["127.0.0.1", "10.0.0.1"],
+        )  # fmt: skip
+        serving_crt = _write(pki / "apiserver.crt", _pem_cert(scert), 0o644)
+        serving_key = _write(pki / "apiserver.key", _pem_key(skey))
+        sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        sa_key = _write(pki / "sa.key", _pem_key(sa))
+        sa_pub = _write(
+            pki / "sa.pub",
+            sa.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+            0o644,
+        )
+        self.server = f"https://127.0.0.1:{ports.apiserver}"
+        self.etcd_url = f"http://127.0.0.1:{ports.etcd_client}"
+        self.admin = self._issue("aibom-admin", ("system:masters",), data / "admin")
+        self.kubeconfig = self.admin.kubeconfig
+        cm = self._issue("system:kube-controller-manager", (), data / "controller-manager")
+        logs = data / "logs"
+        logs.mkdir(exist_ok=True)
+        main_thread = threading.current_thread() is threading.main_thread()
+
+        etcd_dir = data / "etcd"
+        shutil.rmtree(etcd_dir, ignore_errors=True)
+        peer = f"http://127.0.0.1:{ports.etcd_peer}"
+        etcd = _Process(
+            "etcd",
+            [
+                str(bin_dir / "etcd"),
+                "--name=default",
+                f"--data-dir={etcd_dir}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",  # throwaway data: skip fsync, much faster on shared disks
+                "--log-level=warn",
+            ],
+            logs / "etcd.log",
+        )
+        self._procs.append(etcd)
+        etcd.start(pdeathsig=main_thread)
+        self._wait(etcd, "etcd /health", lambda: self._etcd_healthy(), 30.0)
+
+        apiserver = _Process(
+            "kube-apiserver",
+            [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports.apiserver}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={serving_crt}",
+                f"--tls-private-key-file={serving_key}",
+                f"--client-ca-file={self.ca_file}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={_SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={sa_pub}",
+                f"--service-account-signing-key-file={sa_key}",
+                f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+                *self.extra_apiserver_args,
+            ],
+            logs / "kube-apiserver.log",
+        )
+        self._procs.append(apiserver)
+        apiserver.start(pdeathsig=main_thread)
+        self._wait(apiserver, "kube-apiserver /readyz", self._apiserver_ready, self.startup_timeout)
+
+        cm_dir = data / "controller-manager"
+        controller_manager = _Process(
+            "kube-controller-manager",
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={cm.kubeconfig}",
+                f"--authentication-kubeconfig={cm.kubeconfig}",
+                f"--authorization-kubeconfig={cm.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports.controller_manager}",
+                f"--cert-dir={cm_dir}",
+                "--leader-elect=false",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={sa_key}",
+                f"--root-ca-file={self.ca_file}",
+                f"--cluster-signing-cert-file={self.ca_file}",
+                f"--cluster-signing-key-file={ca_key}",
+                f"--service-cluster-ip-range={_SERVICE_CLUSTER_IP_RANGE}",
+                "--profiling=false",
+                "--v=1",
+                *self.extra_controller_manager_args,
+            ],
+            logs / "kube-controller-manager.log",
+        )
+        self._procs.append(controller_manager)
+        controller_manager.start(pdeathsig=main_thread)
+        self._wait(
+            controller_manager,
+            "kube-controller-manager /healthz and the default ServiceAccount",
+            self._controller_manager_ready,
+            self.startup_timeout,
+        )
+
+    def _wait(self, proc: _Process, what: str, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last_error = ""
+        while True:
+            proc.check_alive()
+            for other in self._procs:
+                other.check_alive()
+            try:
+                if ready():
+                    return
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"timed out after {timeout:.0f} s waiting for {what}"
+                    f"{' (' + last_error + ')' if last_error else ''}; "
+                    f"last lines of {proc.log_path}:\n{proc.tail()}"
+                )
+            time.sleep(0.25)
+
+    def _etcd_healthy(self) -> bool:
+        assert self.ports is not None
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports.etcd_client, timeout=2)
+        try:
+            conn.request("GET", "/health")
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        return resp.status == 200 and json.loads(body).get("health") == "true"
+
+    def _apiserver_ready(self) -> bool:
+        return self.request("GET", "/readyz", timeout=5).status == 200
+
+    def _controller_manager_ready(self) -> bool:
+        assert self.ports is not None
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # self-signed serving cert of the controller-manager
+        conn = http.client.HTTPSConnection("127.0.0.1", self.ports.controller_manager, timeout=2, context=ctx)
+        try:
+            conn.request("GET", "/healthz")
+            resp = conn.getresponse()
+            resp.read()
+        finally:
+            conn.close()
+        if resp.status != 200:
+            return False
+        # Proof that the controllers run: the serviceaccount controller made this.
+        return self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default").status == 200
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL after ``stop_grace``) and clean up."""
+        self._stop_processes()
+        _LIVE.discard(self)
+        if self.data_dir is not None and self._owns_data_dir and not self.keep_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _stop_processes(self) -> None:
+        for proc in reversed(self._procs):
+            proc.stop(self.stop_grace)
+        self._procs.clear()
+
+    # ----------------------------------------------------------- identities
+    def _issue(self, user: str, groups: Iterable[str], directory: Path) -> ClientIdentity:
+        if self._ca is None or not self.server:
+            raise ControlPlaneError("control plane not started")
+        groups = tuple(groups)
+        directory.mkdir(parents=True, exist_ok=True)
+        key, cert = self._ca.issue(user, organizations=groups, client=True)
+        cert_pem, key_pem = _pem_cert(cert), _pem_key(key)
+        cert_file = _write(directory / "client.crt", cert_pem, 0o644)
+        key_file = _write(directory / "client.key", key_pem)
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(_kubeconfig(self.server, _pem_cert(self._ca.cert), cert_pem, key_pem, user))
+        kubeconfig.chmod(0o600)
+        return ClientIdentity(user, groups, cert_file, key_file, kubeconfig)
+
+    def issue_identity(self, user: str, groups: Iterable[str] = ()) -> ClientIdentity:
+        """A client certificate for ``user`` in ``groups``, signed by the cluster CA.
+
+        It has no permissions beyond what RBAC grants the user, its groups and
+        ``system:authenticated`` (discovery, self-subject reviews).
+        """
+        if self.data_dir is None:
+            raise ControlPlaneError("control plane not started")
+        self._identities += 1
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:40]
+        return self._issue(user, groups, self.data_dir / "identities" / f"{self._identities:03d}-{safe}")
+
+    def restricted_kubeconfig(self, user: str, groups: Iterable[str] = ()) -> Path:
+        """Path of a kubeconfig for a fresh client certificate of ``user``/``groups``."""
+        return self.issue_identity(user, groups).kubeconfig
+
+    # ----------------------------------------------------------- clients
+    def ssl_context(self, identity: ClientIdentity | None = None) -> ssl.SSLContext:
+        """A TLS context trusting the cluster CA, presenting ``identity`` (default: admin).
+
+        For an anonymous client, build a context from :attr:`ca_file` alone.
+        """
+        who = identity or self.admin
+        if who is None:
+            raise ControlPlaneError("control plane not started")
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(who.cert_file), str(who.key_file))
+        return ctx
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        identity: ClientIdentity | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> ApiResponse:
+        """One HTTPS request to the API server (``body`` dict/list is sent as JSON)."""
+        if self.ports is None:
+            raise ControlPlaneError("control plane not started")
+        data: bytes | None
+        if body is None or isinstance(body, bytes):
+            data = body
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = json.dumps(body).encode()
+        hdrs = {"Accept": "application/json"}
+        if data is not None:
+            hdrs["Content-Type"] = content_type
+        hdrs.update(headers or {})
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", self.ports.apiserver, timeout=timeout, context=self.ssl_context(identity)
+        )
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            payload = resp.read()
+            return ApiResponse(resp.status, payload, {k.lower(): v for k, v in resp.getheaders()})
+        finally:
+            conn.close()
+
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the version-matched kubectl (admin kubeconfig unless given)."""
+        if not self.server:
+            raise ControlPlaneError("control plane not started")
+        bin_dir = self.bin_dir or ensure_binaries()
+        cmd = [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
+        env = dict(os.environ)
+        env["KUBERC"] = "off"  # the user's ~/.kube/kuberc must not change behaviour
+        env.pop("KUBECONFIG", None)
+        result = subprocess.run(
+            cmd, input=input, capture_output=True, text=True, env=env, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)} failed (exit {result.returncode}):\n{result.stderr.strip()}"
+            )
+        return result
+
+    # ----------------------------------------------------------- CRDs
+    def install_crds(self, files: Iterable[Path | str] | None = None, *, timeout: float = 180.0) -> list[str]:
+        """Install CRDs (default :data:`DEFAULT_CRD_FILES`) and wait until Established.
+
+        Uses ``kubectl apply --server-side``: several of these CRDs are bigger
+        than the 256 KiB ``last-applied-configuration`` annotation that a
+        client-side apply would write. Returns the CRD names.
+        """
+        if files is None:
+            base = shared_dir()
+            paths = [base / rel for rel in DEFAULT_CRD_FILES]
+        else:
+            paths = [Path(p) for p in files]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ControlPlaneError(f"CRD files not found (set AIBOM_SHARED_DIR?): {missing}")
+        args = ["apply", "--server-side", "--force-conflicts", "--field-manager=aibom-controlplane", "-o", "name"]
+        for p in paths:
+            args += ["-f", str(p)]
+        out = self.kubectl(*args, timeout=timeout).stdout.split()
+        names = [line.split("/", 1)[1] for line in out if line.startswith("customresourcedefinition")]
+        if names:
+            self.kubectl(
+                "wait", "--for=condition=Established", f"--timeout={int(timeout)}s",
+                *[f"crd/{n}" for n in names], timeout=timeout + 10,
+            )  # fmt: skip
+        return names
+
+
+@contextlib.contextmanager
+def running_control_plane(*, crds: bool = True) -> Iterator[ControlPlane]:
+    """``with running_control_plane() as cp``: started, CRDs installed, stopped after."""
+    with ControlPlane() as cp:
+        if crds:
+            cp.install_crds()
+        yield cp

@@ -1,0 +1,243 @@
+"""``python -m tests.controlplane {build,up,down,status}``: see ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.controlplane import (
+    ETCD_VERSION,
+    K8S_VERSION,
+    REPO_ROOT,
+    ControlPlane,
+    ControlPlaneError,
+    cache_dir,
+    ensure_binaries,
+)
+
+DESCRIPTION = f"""\
+A real Kubernetes {K8S_VERSION} control plane (etcd {ETCD_VERSION}, kube-apiserver,
+kube-controller-manager, kubectl), built from the Go modules in tests/controlplane/
+and cached under {cache_dir()} (override with AIBOM_CACHE_DIR).
+
+commands:
+  build   build the binaries unless cached (10-20 min the first time), print their folder
+  up      start a control plane in the background, install the CRDs from the shared
+          upstream folder (AIBOM_SHARED_DIR), print the kubeconfig path and return
+  down    stop the control plane that 'up' started and remove its data
+  status  tell whether one is running, and where its kubeconfig is
+
+There is no scheduler and no kubelet: Pods are created by the controllers and stay
+Pending. Logs of each process: <state dir>/data/logs/.
+"""
+
+
+def state_dir() -> Path:
+    return cache_dir() / "up"
+
+
+def state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def _read_state() -> dict[str, Any] | None:
+    try:
+        data = json.loads(state_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is not alive.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _print_info(state: dict[str, Any]) -> None:
+    print(f"kubeconfig: {state['kubeconfig']}")
+    print(f"server:     {state['server']}")
+    print(f"kubectl:    {state['kubectl']}")
+    print(f"logs:       {state['logs']}")
+    print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
+    print(f"stop:       {Path(sys.executable).name} -m tests.controlplane down")
+
+
+def cmd_build(_: argparse.Namespace) -> int:
+    print(ensure_binaries())
+    return 0
+
+
+def cmd_status(_: argparse.Namespace) -> int:
+    state = _read_state()
+    if state and _alive(int(state["pid"])) and state.get("status") == "ready":
+        print(f"running (supervisor pid {state['pid']})")
+        _print_info(state)
+        return 0
+    print("not running")
+    return 1
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state = _read_state()
+    if state and _alive(int(state["pid"])):
+        print(f"already running (supervisor pid {state['pid']})")
+        _print_info(state)
+        return 0
+    ensure_binaries()  # in the foreground, so the build's progress shows
+    directory = state_dir()
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    log = directory / "supervisor.log"
+    cmd = [sys.executable, "-m", "tests.controlplane", "_serve"]
+    if args.no_crds:
+        cmd.append("--no-crds")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        state = _read_state()
+        if state and state.get("status") == "ready":
+            print(f"control plane {K8S_VERSION} is up (supervisor pid {proc.pid})")
+            _print_info(state)
+            return 0
+        if proc.poll() is not None:
+            print(f"the control plane failed to start (exit {proc.returncode}); {log}:", file=sys.stderr)
+            print(log.read_text(errors="replace")[-6000:], file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    print(f"timed out after {args.timeout:.0f} s; stopping it. {log}:", file=sys.stderr)
+    print(log.read_text(errors="replace")[-6000:], file=sys.stderr)
+    _stop(proc.pid, None)
+    return 1
+
+
+def _stop(pid: int, state: dict[str, Any] | None, grace: float = 60.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.2)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    # Fallback: the supervisor could not clean up; each child leads its own group.
+    for child in (state or {}).get("pids", {}).values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(int(child), signal.SIGKILL)
+
+
+def cmd_down(_: argparse.Namespace) -> int:
+    state = _read_state()
+    if not state:
+        print("not running")
+        return 0
+    pid = int(state["pid"])
+    if _alive(pid):
+        _stop(pid, state)
+        print(f"stopped (supervisor pid {pid})")
+    else:
+        _stop(pid, state)
+        print("was not running; cleaned up")
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The detached supervisor: runs the control plane until SIGTERM."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    directory = state_dir()
+    cp = ControlPlane(data_dir=directory / "data", keep_data_dir=False)
+    try:
+        cp.start()
+        if not args.no_crds:
+            print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
+        state = {
+            "status": "ready",
+            "pid": os.getpid(),
+            "kubeconfig": str(cp.kubeconfig),
+            "server": cp.server,
+            "kubectl": str((cp.bin_dir or ensure_binaries()) / "kubectl"),
+            "logs": str(directory / "data" / "logs"),
+            "pids": cp.pids,
+            "version": K8S_VERSION,
+        }
+        tmp = state_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(state_file())
+        print(f"ready: {json.dumps(state)}", flush=True)
+        while not stop.wait(2.0):
+            if not cp.running:
+                print("a control-plane process exited; stopping", file=sys.stderr, flush=True)
+                for name, path in cp.log_files.items():
+                    print(f"--- {name}: {path}", file=sys.stderr, flush=True)
+                return 1
+        return 0
+    except ControlPlaneError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        cp.stop()
+        with contextlib.suppress(OSError):
+            state_file().unlink()
+        print("stopped", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.controlplane",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,up,down,status}")
+    sub.add_parser("build", help="build the binaries unless cached").set_defaults(func=cmd_build)
+    up = sub.add_parser("up", help="start in the background and install the CRDs")
+    up.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
+    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop what 'up' started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="is one running?").set_defaults(func=cmd_status)
+    serve = sub.add_parser("_serve")  # internal: the detached supervisor
+    serve.add_argument("--no-crds", action="store_true")
+    serve.set_defaults(func=cmd_serve)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ControlPlaneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
