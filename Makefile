@@ -1,0 +1,45 @@
+# aibom-rollup: the two README commands are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test lint unit integration bench clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo   # set up and run the main job on a local default"
+	@echo "make test   # set up and pass the tests (ruff, mypy --strict, import contracts, pytest)"
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m aibom_rollup.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest -q -m integration tests/integration
+
+# pytest exits 5 when it collects no tests; make fails on any non-zero exit.
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/scan_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
