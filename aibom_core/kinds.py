@@ -97,9 +97,7 @@ class KindRegistry:
     def merged(self, other: KindRegistry) -> KindRegistry:
         """This registry plus another's kinds; a kind the other tracks stops being walk-only."""
         tracked = self.tracked | other.tracked
-        return KindRegistry(
-            tracked=tracked, walk_only=(self.walk_only | other.walk_only) - tracked
-        )
+        return KindRegistry(tracked=tracked, walk_only=(self.walk_only | other.walk_only) - tracked)
 
 
 def _parse_entries(raw: Any, *, field: str, source: str) -> frozenset[GroupKind]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aibom_core.kinds import GroupKind, group_of, group_kind_of
+from aibom_core.kinds import GroupKind, group_kind_of, group_of
 
 Obj = dict[str, Any]
 

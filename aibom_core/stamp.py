@@ -75,9 +75,7 @@ def stamp_of(result: WalkResult) -> Stamp:
         root_uid=(root.uid or None) if root else None,
         rollup=result.status.value,
         reason=(
-            str(result.failure)
-            if result.status is Rollup.UNRESOLVED and result.failure
-            else None
+            str(result.failure) if result.status is Rollup.UNRESOLVED and result.failure else None
         ),
     )
 
@@ -111,7 +109,9 @@ def stamp_merge_patch(obj: Obj, stamp: Stamp, *, keys: Keys) -> dict[str, Any] |
     """The same change as a JSON merge patch of annotations only (None: nothing to do)."""
     current = annotations_of(obj)
     want = stamp.as_annotations(keys)
-    changes = {k: v for k, v in want.items() if current.get(k) != v and (v is not None or k in current)}
+    changes = {
+        k: v for k, v in want.items() if current.get(k) != v and (v is not None or k in current)
+    }
     if not changes:
         return None
     return {"metadata": {"annotations": changes}}

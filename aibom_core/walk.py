@@ -146,11 +146,14 @@ def walk(
             topmost = fetched_ref
             nearest = nearest or fetched_ref
         current, current_ref = got.obj, fetched_ref
-    return _conclude(subject, registry, chain, nearest, topmost, failure)
+    return _conclude(
+        subject, registry=registry, chain=chain, nearest=nearest, topmost=topmost, failure=failure
+    )
 
 
 def _conclude(
     subject: ObjRef,
+    *,
     registry: KindRegistry,
     chain: list[ObjRef],
     nearest: ObjRef | None,
@@ -158,6 +161,7 @@ def _conclude(
     failure: HopFailure | None,
 ) -> WalkResult:
     tracked_self = registry.is_tracked(subject.group_kind)
+    root: ObjRef | None
     if topmost is not None:
         # A failure above a tracked ancestor: that ancestor is itself
         # unresolved and reported as its own root, so we are still covered.
@@ -198,4 +202,3 @@ def resolve(
     except StopIteration as stop:
         result: WalkResult = stop.value
         return result
-

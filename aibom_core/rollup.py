@@ -1,0 +1,93 @@
+"""Roots and what each one absorbs: the inventory the documents are made from. Pure.
+
+A root is a tracked object whose own walk says `root` or `unresolved` (a
+tracked object whose walk failed before any tracked ancestor is reported as
+its own root, design §1). Its members are the tracked descendants and Pods
+whose own walk ends at it (`OwnershipGraph.members`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aibom_core.graph import OwnershipGraph
+from aibom_core.objects import Obj, ObjRef
+from aibom_core.walk import HopFailure, Rollup
+
+CONFIGMAP_PREFIX = "aibom-"
+DATA_KEY = "aibom.json"
+DATA_KEY_GZ = "aibom.json.gz"
+MAX_NAME = 253
+
+
+@dataclass(frozen=True, slots=True)
+class RootEntry:
+    """One root and what its document covers."""
+
+    ref: ObjRef
+    obj: Obj
+    status: Rollup  # ROOT or UNRESOLVED
+    failure: HopFailure | None
+    owned: tuple[Obj, ...]  # tracked descendants, sorted by kind then name
+    pods: tuple[Obj, ...]  # Pods attributed through the UID-checked chain
+
+    @property
+    def reason(self) -> str | None:
+        return str(self.failure) if self.failure else None
+
+    @property
+    def configmap_name(self) -> str:
+        return configmap_name(self.ref.kind, self.ref.name)
+
+
+def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
+    """The entry for `key` if it is a root now, else None."""
+    obj = graph.get(key)
+    ref = graph.ref(key)
+    if obj is None or ref is None or not graph.registry.is_tracked(ref.group_kind):
+        return None
+    result = graph.resolve(obj)
+    if result.status not in (Rollup.ROOT, Rollup.UNRESOLVED):
+        return None
+    owned, pods = graph.members(key)
+    return RootEntry(
+        ref=ref,
+        obj=obj,
+        status=result.status,
+        failure=result.failure,
+        owned=tuple(graph.get(k) or {} for k in owned),
+        pods=tuple(graph.get(k) or {} for k in pods),
+    )
+
+
+def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None) -> list[RootEntry]:
+    """Every root of the graph (optionally of some namespaces), in a stable order."""
+    wanted = set(namespaces) if namespaces is not None else None
+    entries = []
+    for key in list(graph.keys()):
+        ref = graph.ref(key)
+        if ref is None or not graph.registry.is_tracked(ref.group_kind):
+            continue
+        if wanted is not None and ref.namespace not in wanted:
+            continue
+        entry = root_entry(graph, key)
+        if entry is not None:
+            entries.append(entry)
+    entries.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
+    return entries
+
+
+def configmap_name(kind: str, name: str) -> str:
+    """`aibom-<kind-lowercase>-<name>`, shortened with a hash suffix past 253 chars.
+
+    Names are DNS subdomains already (the root's own name is one), so only the
+    length can be a problem; the hash keeps shortened names distinct.
+    """
+    full = f"{CONFIGMAP_PREFIX}{kind.lower()}-{name}"
+    if len(full) <= MAX_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    head = full[: MAX_NAME - len(digest) - 1].rstrip(".-")
+    return f"{head}-{digest}"
