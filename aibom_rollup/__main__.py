@@ -1,0 +1,5 @@
+import sys
+
+from aibom_rollup.cli import main
+
+sys.exit(main())

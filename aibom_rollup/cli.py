@@ -1,0 +1,440 @@
+"""`aibom-rollup`: the command line (an I/O edge over the pure core).
+
+Subcommands:
+  scan       offline: read a `kubectl get -A -o json` dump, write or summarise AIBOMs
+  tree       offline: print the ownership forest with every object's stamp
+  kinds      print the kind registry in effect (the YAML a user would extend)
+  webhook    run the mutating admission webhook
+  annotator  run the annotator controller
+  certs      generate a CA and the webhook's serving certificate
+
+Exit codes: 0 success, 1 runtime failure, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any, TextIO
+
+from aibom_core.bom import RootView, build_document
+
+from aibom_core.dump import Dump, DumpError, load
+from aibom_core.graph import OwnershipGraph, build_graph
+from aibom_core.kinds import (
+    DEFAULT_KINDS_YAML,
+    KindRegistry,
+    RegistryError,
+    default_registry,
+    registry_from_config,
+)
+from aibom_core.rollup import RootEntry, inventory
+from aibom_core.stamp import DEFAULT_PREFIX, Keys, stamp_of
+from aibom_core.walk import DEFAULT_MAX_DEPTH
+
+PROG = "aibom-rollup"
+OPT_IN_LABEL = "aibom.dev/enabled"
+INPUT_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+class UsageError(Exception):
+    """Bad input or usage: one line on stderr, exit 2."""
+
+
+def tool_version() -> str:
+    try:
+        return importlib_metadata.version("aibom-rollup")
+    except importlib_metadata.PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+# -- shared options ----------------------------------------------------------
+
+
+def add_core_options(p: argparse.ArgumentParser) -> None:
+    """Options every command that resolves roots shares."""
+    p.add_argument(
+        "--kinds",
+        metavar="FILE",
+        help="YAML kind registry to merge with the built-in one "
+        "(`replace: true` in the file replaces it); see `aibom-rollup kinds`",
+    )
+    p.add_argument(
+        "--max-depth",
+        type=int,
+        default=DEFAULT_MAX_DEPTH,
+        metavar="N",
+        help=f"owner hops the walk may take (default {DEFAULT_MAX_DEPTH}: "
+        "worker Pod up to a DynamoGraphDeployment over a LeaderWorkerSet is 6)",
+    )
+    p.add_argument(
+        "--annotation-prefix",
+        default=DEFAULT_PREFIX,
+        metavar="PREFIX",
+        help=f"prefix of the stamp annotations (default {DEFAULT_PREFIX})",
+    )
+
+
+def registry_of(args: argparse.Namespace) -> KindRegistry:
+    path = getattr(args, "kinds", None)
+    if not path:
+        return default_registry()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--kinds {path}: {exc.strerror or exc}") from None
+    try:
+        return registry_from_config(text, source=path)
+    except RegistryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def keys_of(args: argparse.Namespace) -> Keys:
+    try:
+        return Keys(getattr(args, "annotation_prefix", DEFAULT_PREFIX))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _max_depth(args: argparse.Namespace) -> int:
+    depth = int(args.max_depth)
+    if not 1 <= depth <= 64:
+        raise UsageError(f"--max-depth must be between 1 and 64, got {depth}")
+    return depth
+
+
+# -- reading dumps -----------------------------------------------------------
+
+
+def _input_files(path: str) -> Iterator[tuple[bytes, str]]:
+    if path == "-":
+        if sys.stdin.isatty():
+            raise UsageError("no input: give a FILE or DIR, or pipe `kubectl get -A -o json`")
+        yield sys.stdin.buffer.read(), "<stdin>"
+        return
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(
+            f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES
+        )
+        if not files:
+            raise UsageError(f"{path}: no .json, .yaml or .yml files in this directory")
+    elif p.exists():
+        files = [p]
+    else:
+        raise UsageError(f"{path}: no such file or directory")
+    for f in files:
+        try:
+            yield f.read_bytes(), str(f)
+        except OSError as exc:
+            raise UsageError(f"{f}: {exc.strerror or exc}") from None
+
+
+def read_dump(paths: Sequence[str]) -> Dump:
+    def inputs() -> Iterator[tuple[bytes, str]]:
+        for path in paths or ["-"]:
+            yield from _input_files(path)
+
+    try:
+        return load(inputs())
+    except DumpError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
+    return build_graph(dump.objects, registry_of(args), max_depth=_max_depth(args))
+
+
+def _namespaces(args: argparse.Namespace, dump: Dump) -> list[str] | None:
+    if not args.opted_in_only:
+        return None
+    opted = dump.namespaces.items()
+    return sorted(ns for ns, labels in opted if labels.get(OPT_IN_LABEL) == "true")
+
+
+# -- scan --------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _summary(entry: RootEntry, doc: Any) -> dict[str, Any]:
+    return {
+        "namespace": entry.ref.namespace,
+        "kind": entry.ref.kind,
+        "name": entry.ref.name,
+        "uid": entry.ref.uid,
+        "rollup": entry.status.value,
+        **({"rollupReason": entry.reason} if entry.reason else {}),
+        "configMap": entry.configmap_name,
+        "owned": [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in entry.owned],
+        "pods": len(entry.pods),
+        "images": list(doc.images),
+        "digests": list(doc.digests),
+        "models": list(doc.models),
+        "inputHash": doc.input_hash,
+    }
+
+
+def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
+    dump = read_dump(args.inputs)
+    graph = _graph(args, dump)
+    registry = graph.registry
+    version = tool_version()
+    summaries = []
+    written = 0
+    out_dir = Path(args.output) if args.output else None
+    for entry in inventory(graph, namespaces=_namespaces(args, dump)):
+        view = RootView(
+            root=entry.obj,
+            status=entry.status.value,
+            reason=entry.reason,
+            owned=entry.owned,
+            pods=entry.pods,
+        )
+        doc = build_document(view, registry, tool_version=version)
+        if out_dir is not None:
+            target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"
+            try:
+                _write_atomic(target, doc.json_bytes)
+            except OSError as exc:
+                raise UsageError(f"{target}: {exc.strerror or exc}") from None
+            written += 1
+        else:
+            summaries.append(_summary(entry, doc))
+    if out_dir is not None:
+        print(f"wrote {written} AIBOM document(s) under {out_dir}", file=sys.stderr)
+    else:
+        json.dump({"roots": summaries}, out, indent=2, sort_keys=False)
+        out.write("\n")
+    return 0
+
+
+# -- tree --------------------------------------------------------------------
+
+
+def _record(graph: OwnershipGraph, key: str, keys: Keys) -> dict[str, Any]:
+    ref = graph.ref(key)
+    obj = graph.get(key)
+    assert ref is not None and obj is not None
+    stamp = stamp_of(graph.resolve(obj))
+    return {
+        "namespace": ref.namespace,
+        "kind": ref.kind,
+        "group": ref.group,
+        "name": ref.name,
+        "uid": ref.uid,
+        "annotations": {k: v for k, v in stamp.as_annotations(keys).items() if v is not None},
+        "root": stamp.root,
+        "root-uid": stamp.root_uid,
+        "rollup": stamp.rollup,
+        "rollup-reason": stamp.reason,
+    }
+
+
+def _forest(graph: OwnershipGraph) -> Iterator[tuple[str, list[tuple[int, str]]]]:
+    """Per namespace, (depth, key) in display order; every object exactly once."""
+    by_ns: dict[str, list[str]] = {}
+    for key in graph.keys():  # noqa: SIM118 (not a dict)
+        ref = graph.ref(key)
+        assert ref is not None
+        by_ns.setdefault(ref.namespace, []).append(key)
+
+    def order(k: str) -> tuple[str, str, str]:
+        r = graph.ref(k)
+        assert r is not None
+        return (r.kind, r.name, r.uid)
+
+    for ns in sorted(by_ns):
+        keys = sorted(by_ns[ns], key=order)
+        seen: set[str] = set()
+        rows: list[tuple[int, str]] = []
+        tops = [k for k in keys if graph.parent_of(k) is None]
+        # Members of an ownership cycle have no top: they come last.
+        for start in [*tops, *keys]:
+            stack = [(start, 0)]
+            while stack:
+                cur, depth = stack.pop()
+                if cur in seen:
+                    continue
+                seen.add(cur)
+                rows.append((depth, cur))
+                stack.extend((c, depth + 1) for c in reversed(graph.children_of(cur)))
+        yield ns, rows
+
+
+def cmd_tree(args: argparse.Namespace, out: TextIO) -> int:
+    dump = read_dump(args.inputs)
+    graph = _graph(args, dump)
+    keys = keys_of(args)
+    if args.output_format == "json":
+        records = [_record(graph, k, keys) for _, rows in _forest(graph) for _, k in rows]
+        json.dump(records, out, indent=2)
+        out.write("\n")
+        return 0
+    for ns, rows in _forest(graph):
+        out.write(f"namespace {ns}\n")
+        for depth, key in rows:
+            rec = _record(graph, key, keys)
+            line = f"{'  ' * (depth + 1)}{rec['kind']}/{rec['name']}  [{rec['rollup']}]"
+            if rec["rollup"] == "rolled-up":
+                line += f" -> {rec['root']}"
+            if rec["rollup-reason"]:
+                line += f"  ({rec['rollup-reason']})"
+            out.write(line + "\n")
+    return 0
+
+
+# -- kinds -------------------------------------------------------------------
+
+
+def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
+    if not args.kinds:
+        out.write(DEFAULT_KINDS_YAML)
+        return 0
+    reg = registry_of(args)
+    lines = ["tracked:"]
+    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.tracked)]
+    lines += ["walkOnly:"]
+    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.walk_only)]
+    out.write("\n".join(lines) + "\n")
+    return 0
+
+
+# -- parser ------------------------------------------------------------------
+
+# Process subcommands live in their packages; imported only when used (the
+# offline commands do not pay for aiohttp or the kubernetes client).
+_PLUGINS = {
+    "webhook": ("webhook.main", "run the mutating admission webhook (HTTPS, AdmissionReview v1)"),
+    "annotator": ("annotator.main", "run the annotator: one AIBOM ConfigMap per root"),
+    "certs": ("certs.main", "generate a CA and the webhook serving certificate"),
+}
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="One AI workload, one AIBOM: resolve every object's root by walking "
+        "UID-checked controller ownerReferences, and keep one CycloneDX AIBOM per root.",
+        epilog="Offline: kubectl get deploy,sts,ds,rs,job,cronjob,pod,lws,dgd,dcd,nimservice "
+        "-A -o json | aibom-rollup scan",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {tool_version()}")
+    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    scan = sub.add_parser(
+        "scan",
+        help="offline: AIBOMs of a kubectl dump",
+        description="Read `kubectl get -A -o json` output (a List), multi-document YAML, "
+        "or a directory of them, and resolve every root. With -o DIR, write "
+        "DIR/<namespace>/aibom-<kind>-<name>.json per root (CycloneDX 1.6); "
+        "without, print a JSON summary (roots, owned, images, digests, models).",
+    )
+    scan.add_argument("inputs", nargs="*", metavar="FILE|DIR|-", help="inputs (default: stdin)")
+    scan.add_argument("-o", "--output", metavar="DIR", help="write one document per root here")
+    scan.add_argument(
+        "--opted-in-only",
+        action="store_true",
+        help=f"only namespaces of the dump labelled {OPT_IN_LABEL}=true",
+    )
+    add_core_options(scan)
+    scan.set_defaults(func=cmd_scan)
+
+    tree = sub.add_parser(
+        "tree",
+        help="offline: the ownership forest with each object's stamp",
+        description="Print the ownership forest of a dump: every object under its "
+        "controller, with the stamp the webhook would give it (status, root, reason). "
+        "-o json prints one record per object with namespace, kind, name, uid and the "
+        "four annotation values (root, root-uid, rollup, rollup-reason).",
+    )
+    tree.add_argument("inputs", nargs="*", metavar="FILE|DIR|-", help="inputs (default: stdin)")
+    tree.add_argument(
+        "-o", "--output", dest="output_format", choices=["text", "json"], default="text"
+    )
+    add_core_options(tree)
+    tree.set_defaults(func=cmd_tree)
+
+    kinds = sub.add_parser(
+        "kinds",
+        help="print the kind registry in effect",
+        description="Print the tracked and walk-only kinds (YAML). With --kinds FILE, the "
+        "registry after merging FILE; use the output as a starting point for your own.",
+    )
+    kinds.add_argument("--kinds", metavar="FILE", help="a registry file to merge and show")
+    kinds.set_defaults(func=cmd_kinds)
+
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in _PLUGINS.items():
+        if wanted is not None and wanted != name:
+            sub.add_parser(name, help=help_text, add_help=False)
+            continue
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and not module.startswith(exc.name):
+                raise
+            sub.add_parser(name, help=f"{help_text} (not available in this build)")
+            continue
+        p = sub.add_parser(name, help=help_text, description=mod.__doc__)
+        mod.configure_parser(p)
+        p.set_defaults(func=_runner(mod.run))
+    return parser
+
+
+Runner = Callable[[argparse.Namespace, TextIO], int]
+
+
+def _runner(run: Callable[[argparse.Namespace], int]) -> Runner:
+    def call(args: argparse.Namespace, out: TextIO) -> int:
+        return run(args)
+
+    return call
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args, sys.stdout)
+        return code
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
+            "for a traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
