@@ -1,0 +1,156 @@
+"""A small CA and serving certificates for the webhook. No I/O, no clock of its own.
+
+ECDSA P-256 keys (what the API server and Go's TLS stack prefer, and fast to
+make), SHA-256 signatures. The serving certificate carries every name the API
+server may dial as a SAN (a CN-only certificate is refused since Go 1.15):
+the Service's DNS names and any IP for a `url` clientConfig such as
+https://127.0.0.1:PORT/mutate.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# Certificates are valid from a little before `now`: clocks of the API server
+# and the machine that made them are rarely in perfect step.
+BACKDATE = dt.timedelta(minutes=5)
+
+
+class PkiError(ValueError):
+    """Bad input for a certificate (a name or IP that cannot be a SAN)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPair:
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.cert.public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def key_pem(self) -> bytes:
+        return self.key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+
+def service_dns_names(service: str, namespace: str) -> list[str]:
+    """The names a Service answers to inside the cluster (the API server dials `svc.ns.svc`)."""
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
+
+
+def new_ca(*, common_name: str, now: dt.datetime, days: int) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(key, cert)
+
+
+def _sans(dns_names: list[str], ips: list[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for name in dns_names:
+        if not name or any(c.isspace() for c in name) or "/" in name:
+            raise PkiError(f"not a DNS name: {name!r}")
+        out.append(x509.DNSName(name))
+    for ip in ips:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(ip)))
+        except ValueError:
+            raise PkiError(f"not an IP address: {ip!r}") from None
+    if not out:
+        raise PkiError("a serving certificate needs at least one DNS name or IP")
+    return out
+
+
+def issue_serving(
+    ca: KeyPair, *, dns_names: list[str], ips: list[str], now: dt.datetime, days: int
+) -> KeyPair:
+    """A TLS server certificate signed by `ca` for these names and IPs."""
+    sans = _sans(dns_names, ips)
+    key = ec.generate_private_key(ec.SECP256R1())
+    common = dns_names[0] if dns_names else ips[0]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+            critical=False,
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    return KeyPair(key, cert)
+
+
+def load_pair(cert_pem: bytes, key_pem: bytes) -> KeyPair:
+    """An existing CA (to issue a new serving certificate under the same caBundle)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise PkiError("the CA key is not an EC key (was it made by `aibom-rollup certs`?)")
+    if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
+        raise PkiError("the CA key does not match the CA certificate")
+    return KeyPair(key, cert)

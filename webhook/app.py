@@ -1,0 +1,234 @@
+"""The HTTP edge: the aiohttp application and the admission handler.
+
+Routes: `POST /mutate` (AdmissionReview v1), `GET /healthz` (the process
+answers), `GET /readyz` (certificate loaded, API client answered, not
+shutting down), `GET /metrics` (Prometheus text).
+
+HTTP errors and admission outcomes are different families: a body we
+cannot read is a 4xx with a plain-text reason (the API server then applies
+`failurePolicy: Ignore`, so the object is admitted anyway); a review we can
+read is always answered 200 with `allowed: true`, even when our own code
+fails (no patch then, and `aibom_webhook_errors_total` counts it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.stamp import Keys, stamp_of, stamp_patch
+from aibom_core.walk import Rollup
+from webhook.admission import (
+    BadReview,
+    Review,
+    ReviewResponse,
+    allowed,
+    encode,
+    parse_review,
+    patched,
+)
+from webhook.metrics import Metrics
+from webhook.resolver import Resolver
+
+log = logging.getLogger("webhook.admission")
+
+MiB = 1 << 20
+# The API server refuses request bodies over 3 MiB (apiserver
+# MaxRequestBodyBytes), so one object is at most 3 MiB of JSON; an UPDATE
+# review carries the object and oldObject, plus request metadata (userInfo,
+# options, names: a few KiB). 2 x 3 MiB + 1 MiB of headroom, as
+# controller-runtime's 7 MB cap (pkg/webhook/admission/http.go). aiohttp's
+# default of 1 MiB would refuse large legitimate UPDATEs.
+MAX_BODY = 2 * 3 * MiB + MiB
+
+JSON = "application/json"
+
+
+@dataclass
+class Readiness:
+    """What /readyz reports: every condition must hold."""
+
+    cert_loaded: bool = False
+    api_ok: bool = False
+    shutting_down: bool = False
+    detail: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.cert_loaded and self.api_ok and not self.shutting_down
+
+
+class Admitter:
+    """One review in, one allowed response out (with the stamp patch when needed)."""
+
+    def __init__(
+        self,
+        *,
+        resolver: Resolver,
+        registry: KindRegistry,
+        keys: Keys,
+        metrics: Metrics,
+    ) -> None:
+        self._resolver = resolver
+        self._registry = registry
+        self._keys = keys
+        self._metrics = metrics
+        self._logged: set[tuple[str, str]] = set()
+
+    async def admit(self, review: Review) -> tuple[ReviewResponse, str]:
+        """(response, result label); raises only on bugs (the edge still admits then)."""
+        obj = review.obj
+        if not review.stampable or obj is None:
+            return allowed(review.uid), "skipped"
+        gk = group_kind_of(obj)
+        if not self._registry.is_known(gk):
+            # Not a kind we stamp (the configuration's rules are wider than
+            # the registry): leave it alone.
+            return allowed(review.uid), "skipped"
+        resolution = await self._resolver.resolve(obj, namespace=review.namespace)
+        result = resolution.result
+        m = self._metrics
+        if resolution.gets:
+            m.owner_lookups.labels("get").inc(resolution.gets)
+        if resolution.cached:
+            m.owner_lookups.labels("cache").inc(resolution.cached)
+        if resolution.shared:
+            m.owner_lookups.labels("shared").inc(resolution.shared)
+        if result.status is Rollup.UNRESOLVED and result.failure is not None:
+            self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
+        ops = stamp_patch(obj, stamp_of(result), keys=self._keys)
+        if ops:
+            m.patches.labels(gk.kind).inc()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "admitted",
+                extra={
+                    "uid": review.uid,
+                    "operation": review.operation,
+                    "namespace": review.namespace,
+                    "kind": gk.kind,
+                    "object": result.subject.name,
+                    "rollup": result.status.value,
+                    "root": result.root.kind_name if result.root else None,
+                    "ops": len(ops),
+                    "gets": resolution.gets,
+                },
+            )
+        return patched(review.uid, ops), result.status.value
+
+    def _unresolved(self, review: Review, gk: GroupKind, reason_text: str, reason: str) -> None:
+        self._metrics.unresolved.labels(gk.kind, reason).inc()
+        key = (str(gk), reason)
+        first = key not in self._logged
+        self._logged.add(key)
+        # Once per (kind, reason) at INFO; the rest at DEBUG, or a missing
+        # permission would log on every admission.
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "walk unresolved; object admitted, stamped unresolved",
+            extra={
+                "kind": str(gk),
+                "reason": reason,
+                "rollup_reason": reason_text,
+                "namespace": review.namespace,
+                "object": review.name or _name(review),
+                "first": first,
+            },
+        )
+
+
+def _name(review: Review) -> str:
+    meta = (review.obj or {}).get("metadata") or {}
+    return str(meta.get("name") or meta.get("generateName") or "")
+
+
+def _plain(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n", content_type="text/plain")
+
+
+def make_app(
+    *,
+    admitter: Admitter,
+    metrics: Metrics,
+    readiness: Readiness,
+    max_body: int = MAX_BODY,
+    clock: Callable[[], float] = time.perf_counter,
+) -> web.Application:
+    """The aiohttp application (no listening socket: `main` or a test client adds that)."""
+
+    async def mutate(request: web.Request) -> web.Response:
+        start = clock()
+        if request.content_type != JSON:
+            metrics.bad_requests.labels("415").inc()
+            return _plain(
+                415, f"Content-Type must be {JSON}, got {request.content_type or 'none'!r}"
+            )
+        if request.content_length is not None and request.content_length > max_body:
+            return _too_large(request.content_length)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _too_large(None)
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            metrics.bad_requests.labels(str(exc.status)).inc()
+            log.warning("bad admission request: %s", exc, extra={"status": exc.status})
+            return _plain(exc.status, f"bad AdmissionReview: {exc}")
+        metrics.in_flight.inc()
+        try:
+            response, result = await admitter.admit(review)
+        except Exception:
+            # A bug in our code must not block admission: allow, unpatched.
+            metrics.errors.labels("admit").inc()
+            log.exception(
+                "internal error answering a review; allowed without a patch",
+                extra={"uid": review.uid, "kind": review.kind, "namespace": review.namespace},
+            )
+            response, result = allowed(review.uid), "error"
+        finally:
+            metrics.in_flight.dec()
+        metrics.admissions.labels(review.kind, review.operation, result).inc()
+        metrics.admission_seconds.labels(review.kind, review.operation).observe(clock() - start)
+        return web.Response(body=encode(response), content_type=JSON)
+
+    def _too_large(length: int | None) -> web.Response:
+        metrics.bad_requests.labels("413").inc()
+        got = f"{length} bytes" if length is not None else "more"
+        log.warning("admission request body too large: %s", got)
+        return _plain(413, f"request body too large: {got}, the limit is {max_body} bytes")
+
+    async def healthz(request: web.Request) -> web.Response:
+        return _plain(200, "ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        if readiness.ready:
+            return _plain(200, "ok")
+        missing = [
+            name
+            for name, ok in (
+                ("certificate", readiness.cert_loaded),
+                ("api", readiness.api_ok),
+                ("not-shutting-down", not readiness.shutting_down),
+            )
+            if not ok
+        ]
+        detail = "".join(f"\n{k}: {v}" for k, v in sorted(readiness.detail.items()))
+        return _plain(503, "not ready: " + ", ".join(missing) + detail)
+
+    async def metrics_view(request: web.Request) -> web.Response:
+        data = generate_latest(metrics.registry)
+        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(client_max_size=max_body)
+    app.router.add_post("/mutate", mutate)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_view)
+    return app

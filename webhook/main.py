@@ -1,0 +1,338 @@
+"""Run the mutating admission webhook: HTTPS, admission.k8s.io/v1 AdmissionReview.
+
+On CREATE and UPDATE of the workloads, their intermediates, ReplicaSets and
+Pods, it walks the object's UID-checked controller ownerReferences with live
+GETs and answers with a JSONPatch stamping aibom.dev/root, root-uid, rollup
+and rollup-reason. It never denies: failures become `rollup: unresolved`
+with a reason, a metric and a log line.
+
+Endpoints: POST /mutate, GET /healthz, /readyz, /metrics (all on the one
+HTTPS port). SIGTERM or SIGINT: stop accepting, finish reviews in flight
+(up to --shutdown-grace seconds), exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from aibom_core.kinds import KindRegistry
+from aibom_core.stamp import Keys
+from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
+from webhook.app import Admitter, Readiness, make_app
+from webhook.metrics import Metrics
+from webhook.resolver import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_CACHE_TTL,
+    DEFAULT_DEADLINE,
+    OwnerCache,
+    OwnerSource,
+    Resolver,
+)
+from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
+
+log = logging.getLogger("webhook")
+
+# The attributes every LogRecord has; anything else came in through `extra=`.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, and every `extra` field."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                doc[key] = value
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+class KeyValueFormatter(logging.Formatter):
+    """`ts=... level=... logger=... msg="..." key=value ...` (logfmt)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            f"ts={time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(record.created))}"
+            f".{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={json.dumps(record.getMessage())}",
+        ]
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                text = str(value)
+                parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure_logging(*, level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp's access log would cost more than answering an ownerless review.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    tls = p.add_argument_group("serving")
+    tls.add_argument("--cert-file", required=True, metavar="PEM", help="serving certificate")
+    tls.add_argument("--key-file", required=True, metavar="PEM", help="its private key")
+    tls.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    tls.add_argument("--port", type=int, default=8443, help="HTTPS port")
+    tls.add_argument(
+        "--cert-check-interval",
+        type=float,
+        default=DEFAULT_CHECK_INTERVAL,
+        metavar="SECONDS",
+        help="how often to look for rotated certificate files (served without a restart)",
+    )
+    tls.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long reviews in flight may take to finish",
+    )
+    api = p.add_argument_group("Kubernetes API")
+    api.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
+    )
+    api.add_argument("--context", help="kubeconfig context (default: its current context)")
+    walk = p.add_argument_group("walk")
+    walk.add_argument(
+        "--walk-deadline",
+        type=float,
+        default=DEFAULT_DEADLINE,
+        metavar="SECONDS",
+        help="the whole owner walk's budget; keep it below the webhook configuration's "
+        "timeoutSeconds (hops still waiting then stamp `unresolved` / Timeout)",
+    )
+    walk.add_argument(
+        "--owner-cache-ttl",
+        type=float,
+        default=DEFAULT_CACHE_TTL,
+        metavar="SECONDS",
+        help="how long a fetched owner may answer later walks (keyed by UID; 0 disables)",
+    )
+    walk.add_argument(
+        "--owner-cache-size",
+        type=int,
+        default=DEFAULT_CACHE_SIZE,
+        metavar="N",
+        help="owners kept at most (least recently used go first)",
+    )
+    add_core_options(p)
+    logs = p.add_argument_group("logging")
+    logs.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    logs.add_argument(
+        "--log-format",
+        default="json",
+        choices=["json", "logfmt"],
+        help="JSON lines, or key=value (logfmt)",
+    )
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be 1-65535, got {args.port}")
+    if not 0 < args.walk_deadline <= 30:
+        raise UsageError(f"--walk-deadline must be in (0, 30] seconds, got {args.walk_deadline}")
+    if args.owner_cache_ttl < 0 or args.owner_cache_size < 1:
+        raise UsageError("--owner-cache-ttl must be >= 0 and --owner-cache-size >= 1")
+    if args.cert_check_interval <= 0 or args.shutdown_grace < 0:
+        raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
+    if not 1 <= args.max_depth <= 64:
+        raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    registry = registry_of(args)
+    keys = keys_of(args)
+    configure_logging(level=args.log_level, fmt=args.log_format)
+    try:
+        reloader = CertReloader(args.cert_file, args.key_file, interval=args.cert_check_interval)
+    except CertError as exc:
+        raise UsageError(str(exc)) from None
+    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader))
+
+
+async def _main(
+    args: argparse.Namespace, *, registry: KindRegistry, keys: Keys, reloader: CertReloader
+) -> int:
+    from aibom_rollup.kube import Kube, KubeError
+
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            kube = await stack.enter_async_context(
+                Kube.from_kubeconfig(args.kubeconfig, context=args.context)
+            )
+        except KubeError as exc:
+            raise UsageError(str(exc)) from None
+        server = Server(
+            source=kube,
+            registry=registry,
+            keys=keys,
+            reloader=reloader,
+            host=args.host,
+            port=args.port,
+            walk_deadline=args.walk_deadline,
+            cache=OwnerCache(ttl=args.owner_cache_ttl, size=args.owner_cache_size),
+            max_depth=args.max_depth,
+            shutdown_grace=args.shutdown_grace,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, server.request_stop, sig.name)
+        await server.start()
+
+        async def api_probe() -> bool:
+            try:
+                resp = await kube.request("GET", "/version", timeout=5)
+            except (KubeError, TimeoutError) as exc:
+                server.readiness.detail["api"] = str(exc) or type(exc).__name__
+                return False
+            server.readiness.detail["api"] = f"GET /version: {resp.status}"
+            return resp.ok
+
+        await server.serve_until_stopped(api_probe)
+    return 0
+
+
+class Server:
+    """The listening webhook: app, TLS site, certificate watch, readiness, stop."""
+
+    def __init__(
+        self,
+        *,
+        source: OwnerSource,
+        registry: KindRegistry,
+        keys: Keys,
+        reloader: CertReloader,
+        host: str,
+        port: int,
+        walk_deadline: float = DEFAULT_DEADLINE,
+        cache: OwnerCache | None = None,
+        max_depth: int = 6,
+        shutdown_grace: float = 20.0,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.metrics = metrics or Metrics()
+        self.reloader = reloader
+        self.readiness = Readiness(cert_loaded=True)
+        self.resolver = Resolver(
+            source, registry=registry, max_depth=max_depth, deadline=walk_deadline, cache=cache
+        )
+        admitter = Admitter(
+            resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
+        )
+        self.app = make_app(admitter=admitter, metrics=self.metrics, readiness=self.readiness)
+        self._host, self._port = host, port
+        self._grace = shutdown_grace
+        self._runner: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port: int | None = None
+
+        def counted(ok: bool) -> None:
+            self.metrics.cert_reloads.labels("ok" if ok else "failed").inc()
+
+        reloader.on_reload = counted
+        self.metrics.cert_reloads.labels("ok").inc()
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=self._grace
+        )
+        await self._runner.setup()
+        site = web.TCPSite(
+            self._runner,
+            self._host,
+            self._port,
+            ssl_context=self.reloader.context,
+            shutdown_timeout=self._grace,
+        )
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._port
+        self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
+        log.info(
+            "webhook listening",
+            extra={"host": self._host, "port": self.port, "cert_file": self.reloader.cert_file},
+        )
+
+    def request_stop(self, why: str = "stop") -> None:
+        if not self._stop.is_set():
+            log.info("stopping: finishing reviews in flight", extra={"signal": why})
+        self.readiness.shutting_down = True
+        self.metrics.ready.set(0)
+        self._stop.set()
+
+    async def serve_until_stopped(
+        self, api_probe: Callable[[], Awaitable[bool]] | None = None
+    ) -> None:
+        """Probe the API until it answers (then ready), serve until `request_stop`."""
+        if api_probe is not None:
+            self._tasks.append(asyncio.create_task(self._probe(api_probe), name="api-probe"))
+        else:
+            self._mark_api_ok()
+        await self._stop.wait()
+        await self.stop()
+
+    def _mark_api_ok(self) -> None:
+        self.readiness.api_ok = True
+        self.metrics.ready.set(1 if self.readiness.ready else 0)
+
+    async def _probe(self, api_probe: Callable[[], Awaitable[bool]]) -> None:
+        delay = 0.5
+        while not await api_probe():
+            log.warning(
+                "API server not usable yet; not ready",
+                extra={"detail": self.readiness.detail.get("api")},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        self._mark_api_ok()
+        log.info("ready", extra={"api": self.readiness.detail.get("api")})
+
+    async def stop(self) -> None:
+        """Stop listening, let reviews in flight finish (up to the grace), close."""
+        self.readiness.shutting_down = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        log.info("stopped")

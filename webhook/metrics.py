@@ -1,0 +1,96 @@
+"""The webhook's Prometheus collectors, on a registry of their own (one per app).
+
+Names follow ARCHITECTURE.md: `aibom_rollup_unresolved_total{kind,reason}` is
+shared with the annotator; the rest are `aibom_webhook_*`. Label values are
+bounded: kinds come from the kind registry (the webhook only stamps known
+kinds), reasons and results are enums.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Sub-millisecond buckets: the goal for an ownerless review is p99 <= 2 ms.
+LATENCY_BUCKETS = (
+    0.00025,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class Metrics:
+    """Every collector the webhook exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.admission_seconds = Histogram(
+            "aibom_webhook_admission_duration_seconds",
+            "Time from reading a review to answering it, by kind and operation.",
+            ["kind", "operation"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.admissions = Counter(
+            "aibom_webhook_admissions_total",
+            "Reviews answered, by kind, operation and result (the rollup status stamped, "
+            "`skipped` when the object is not ours to stamp, `error` when our code failed).",
+            ["kind", "operation", "result"],
+            registry=r,
+        )
+        self.patches = Counter(
+            "aibom_webhook_patches_total",
+            "Reviews answered with a non-empty patch (the stamp was missing or wrong).",
+            ["kind"],
+            registry=r,
+        )
+        self.unresolved = Counter(
+            "aibom_rollup_unresolved_total",
+            "Walks that failed before reaching a tracked ancestor, by the admitted "
+            "object's kind and the failure reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "aibom_webhook_errors_total",
+            "Bugs or unexpected failures in the webhook; the review was still allowed.",
+            ["stage"],
+            registry=r,
+        )
+        self.bad_requests = Counter(
+            "aibom_webhook_bad_requests_total",
+            "Requests refused at the HTTP level (no review answered), by HTTP status.",
+            ["status"],
+            registry=r,
+        )
+        self.owner_lookups = Counter(
+            "aibom_webhook_owner_lookups_total",
+            "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
+            "UID-keyed owner cache), `shared` (joined a GET already in flight).",
+            ["source"],
+            registry=r,
+        )
+        self.cert_reloads = Counter(
+            "aibom_webhook_cert_reloads_total",
+            "Serving certificate (re)loads, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.ready = Gauge(
+            "aibom_webhook_ready",
+            "1 when the certificate is loaded and the API client answered.",
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "aibom_webhook_reviews_in_flight", "Reviews being answered now.", registry=r
+        )

@@ -1,0 +1,197 @@
+"""Drive the pure core walk with live owner GETs: async, deadline-bounded, cached.
+
+The walk itself (`aibom_core.walk.walk`) decides everything, the UID check at
+every hop included; this module only answers its `OwnerRequest`s. An object
+without a controller owner never gets here past the first `next()`: it costs
+zero API requests.
+
+The owner cache, and why it is safe
+-----------------------------------
+Entries are owner objects keyed by their UID, each kept at most `ttl`
+seconds after the GET that returned it, and at most `size` of them (LRU).
+
+- A hit needs the UID the child's ownerReference names. UIDs are never
+  reused, so an object found under that UID *is* that owner: the walk's UID
+  check means the same thing with or without the cache, and a child
+  referencing an owner that was deleted and re-created under the same name
+  (new UID) never matches the new object through the cache. It misses, the
+  GET by name returns the new object, and the walk answers `UIDMismatch`.
+- What can be stale is what happened to that owner after our GET, for at
+  most `ttl`: it may have been deleted (a child still referencing it then
+  resolves as if it were alive, the answer a walk `ttl` seconds earlier gave),
+  or its own ownerReferences may have changed (adopted or orphaned), which
+  changes the hops above it. Both are bounded by `ttl` (default a few
+  seconds) and repaired by the annotator's level-based reconcile.
+- Failures (NotFound, Forbidden, NoMatch, Timeout) are never cached: a
+  missing permission or CRD that gets fixed is seen on the next admission.
+- `ttl=0` turns the cache off.
+
+Concurrent walks asking for the same owner (a ReplicaSet creating 50 Pods)
+share one GET in flight (keyed by namespace, apiVersion, kind and name; the
+walk still checks the UID of what comes back).
+
+The deadline: the whole walk gets `deadline` seconds (below the webhook
+configuration's `timeoutSeconds`, or the API server gives up on us first
+and the stamp is lost). A hop still waiting when it runs out is answered
+`Timeout`, and the core concludes with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aibom_core.kinds import KindRegistry
+from aibom_core.objects import Obj, OwnerRef
+from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason, WalkResult, walk
+
+DEFAULT_DEADLINE = 1.5
+DEFAULT_CACHE_TTL = 5.0
+DEFAULT_CACHE_SIZE = 10_000
+
+
+class OwnerSource(Protocol):
+    """Where owners come from (`aibom_rollup.kube.Kube` in production)."""
+
+    async def get_owner(
+        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+    ) -> Fetched: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """A walk result and what it cost."""
+
+    result: WalkResult
+    gets: int  # API GETs this walk started
+    cached: int  # hops answered from the owner cache
+    shared: int  # hops that joined another walk's GET
+
+
+class OwnerCache:
+    """Owner objects by UID, each for at most `ttl` seconds; LRU-bounded (see module doc)."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = DEFAULT_CACHE_TTL,
+        size: int = DEFAULT_CACHE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, Obj]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, uid: str) -> Obj | None:
+        if self.ttl <= 0 or not uid:
+            return None
+        entry = self._entries.get(uid)
+        if entry is None:
+            return None
+        stored_at, obj = entry
+        if self._clock() - stored_at >= self.ttl:
+            del self._entries[uid]
+            return None
+        self._entries.move_to_end(uid)
+        return obj
+
+    def put(self, obj: Obj) -> None:
+        if self.ttl <= 0:
+            return
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if not isinstance(uid, str) or not uid:
+            return
+        self._entries[uid] = (self._clock(), obj)
+        self._entries.move_to_end(uid)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+_FlightKey = tuple[str, str, str, str]
+
+
+class Resolver:
+    """`await resolver.resolve(obj, namespace=ns)`: the core walk over live GETs."""
+
+    def __init__(
+        self,
+        source: OwnerSource,
+        *,
+        registry: KindRegistry,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        deadline: float = DEFAULT_DEADLINE,
+        cache: OwnerCache | None = None,
+    ) -> None:
+        self._source = source
+        self._registry = registry
+        self._max_depth = max_depth
+        self._deadline = deadline
+        self.cache = cache if cache is not None else OwnerCache()
+        self._in_flight: dict[_FlightKey, asyncio.Future[Fetched]] = {}
+
+    async def resolve(self, obj: Obj, *, namespace: str) -> Resolution:
+        gen = walk(obj, registry=self._registry, max_depth=self._max_depth, namespace=namespace)
+        gets = cached = shared = 0
+        try:
+            req = next(gen)
+        except StopIteration as stop:  # no controller owner: zero requests
+            return Resolution(result=stop.value, gets=0, cached=0, shared=0)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._deadline
+        while True:
+            hit = self.cache.get(req.owner.uid)
+            if hit is not None:
+                cached += 1
+                fetched = Fetched(obj=hit)
+            else:
+                fetched, started = await self._fetch(req, until - loop.time())
+                gets += started
+                shared += not started
+            try:
+                req = gen.send(fetched)
+            except StopIteration as stop:
+                return Resolution(result=stop.value, gets=gets, cached=cached, shared=shared)
+
+    async def _fetch(self, req: OwnerRequest, remaining: float) -> tuple[Fetched, bool]:
+        """One owner, joining a GET in flight for the same name; (answer, whether we started it)."""
+        if remaining <= 0:
+            return Fetched(failure=Reason.TIMEOUT), False
+        o = req.owner
+        key = (req.namespace, o.api_version, o.kind, o.name)
+        flight = self._in_flight.get(key)
+        started = flight is None
+        if flight is None:
+            flight = asyncio.ensure_future(self._get(key, req, remaining))
+            flight.add_done_callback(_retrieve)
+            self._in_flight[key] = flight
+        try:
+            # shield: one walk running out of time must not cancel a GET other
+            # walks are waiting on; the GET has its own timeout (`remaining`).
+            return await asyncio.wait_for(asyncio.shield(flight), remaining), started
+        except TimeoutError:
+            return Fetched(failure=Reason.TIMEOUT), started
+
+    async def _get(self, key: _FlightKey, req: OwnerRequest, timeout: float) -> Fetched:
+        try:
+            fetched = await self._source.get_owner(req.namespace, req.owner, timeout=timeout)
+            if fetched.obj is not None:
+                self.cache.put(fetched.obj)
+            return fetched
+        finally:
+            self._in_flight.pop(key, None)
+
+
+def _retrieve(flight: asyncio.Future[Fetched]) -> None:
+    # A GET whose every waiter timed out still finishes; its exception (if
+    # any) reached no one, so read it here instead of warning at exit.
+    if not flight.cancelled():
+        flight.exception()
