@@ -1,0 +1,28 @@
+"""The annotator: one AIBOM ConfigMap per root, kept true as the cluster changes.
+
+Layers, top-down (each may import the ones below it, never the other way):
+
+- ``main``: the ``aibom-rollup annotator`` command (flags, logging, signals).
+- ``controller``: wires informers, the cache, the work queues, the leader
+  elector, the writers and the HTTP probes together; the reconcile loop.
+- ``informer``: list+watch of one resource (resourceVersion, bookmarks,
+  relist on 410 Gone, backoff), feeding ``cache``.
+- ``leader``: Lease-based leader election (the async driver of a pure
+  state machine in ``lease``).
+- ``writer``: every write the annotator makes (server-side apply of
+  ConfigMaps, preconditioned deletes, stamp merge patches, Events), gated on
+  leadership and counted.
+- ``probes``: ``/metrics``, ``/healthz``, ``/readyz`` (aiohttp).
+- ``metrics``, ``logs``: Prometheus collectors and structured log lines.
+- Pure, no I/O and no ``await``: ``cache`` (the watch-fed state: ownership
+  graph, namespaces, our ConfigMaps; which keys an event dirties), ``plan``
+  (what one reconcile must write and delete), ``configmap`` (the ConfigMap
+  body, label values, size handling), ``slim`` (what of an object we keep in
+  memory), ``workqueue`` (de-duplicating queue with per-item backoff and a
+  token bucket; the clock is injected), ``lease`` (the election rules).
+
+Rules: a reconcile reads only the cache (it costs no LIST); only the leader
+writes; a child's document is deleted only after the document of the root
+that supersedes it was written; the event loop never waits on a synchronous
+call. It must never import ``webhook`` (checked by ``lint-imports``).
+"""

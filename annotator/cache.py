@@ -1,0 +1,363 @@
+"""The annotator's view of the cluster, kept current from watch events. Pure.
+
+It holds the ownership graph (tracked kinds, walk-only intermediates,
+ReplicaSets, Pods), the namespaces' labels (opt-in) and the metadata of our
+own ConfigMaps, and answers one question per event: which keys did this
+change make dirty?
+
+- The documents affected are those of the roots the changed objects resolve
+  to, before and after the change, found with the same UID-checked walk
+  that makes the stamps (`OwnershipGraph.resolve`). A Pod event therefore
+  dirties exactly the root whose document covers it, and never the
+  ReplicaSet or Deployment in between: children do not re-trigger each
+  other, the root is enqueued directly.
+- Only an ownership change (a new or deleted object, a changed controller
+  reference) can move the objects below it to another root; then the whole
+  subtree is re-resolved. Any other update dirties one root.
+- While the first lists load (`bulk`), nothing is analysed: the controller
+  does one full resync when every informer has synced.
+
+No I/O and no clock: the controller feeds it and drains the dirty keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from aibom_core.graph import OwnershipGraph, key_of
+from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.objects import Obj, controller_ref, metadata, ref_of
+from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
+from annotator.configmap import MANAGED_BY, MANAGED_BY_LABEL, DocLabels
+from annotator.keys import RootKey, SweepKey
+
+NAMESPACE = GroupKind("", "Namespace")
+CONFIGMAP = GroupKind("", "ConfigMap")
+DEFAULT_OPT_IN_LABEL = "aibom.dev/enabled"
+
+CmName = tuple[str, str]  # namespace, name
+
+
+@dataclass
+class Dirty:
+    """Keys a change made dirty; `full` asks for a resync of everything."""
+
+    roots: set[RootKey] = field(default_factory=set)
+    stamps: set[str] = field(default_factory=set)
+    sweeps: set[SweepKey] = field(default_factory=set)
+    full: bool = False
+
+    def update(self, other: Dirty) -> None:
+        self.roots |= other.roots
+        self.stamps |= other.stamps
+        self.sweeps |= other.sweeps
+        self.full = self.full or other.full
+
+    def __bool__(self) -> bool:
+        return bool(self.roots or self.stamps or self.sweeps or self.full)
+
+
+def parse_label(spec: str) -> tuple[str, str]:
+    """`key=value` (or a bare `key`, meaning `key=true`)."""
+    key, sep, value = spec.partition("=")
+    key, value = key.strip(), value.strip()
+    if not key:
+        raise ValueError(f"namespace label must look like key=value, got {spec!r}")
+    return key, (value if sep else "true")
+
+
+class ClusterState:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        registry: KindRegistry,
+        *,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        opt_in_label: tuple[str, str] = (DEFAULT_OPT_IN_LABEL, "true"),
+        labels: DocLabels | None = None,
+    ) -> None:
+        self.labels = labels or DocLabels()
+        self.graph = OwnershipGraph(registry, max_depth=max_depth)
+        self.registry = registry
+        self.opt_in_label = opt_in_label
+        self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.configmaps: dict[CmName, Obj] = {}
+        self._cm_by_uid: dict[str, set[CmName]] = {}
+        self.bulk = True
+
+    # -- reading -------------------------------------------------------------
+
+    def opted_in(self, namespace: str) -> bool:
+        labels = self.namespaces.get(namespace)
+        if labels is None:
+            return False
+        key, value = self.opt_in_label
+        return labels.get(key) == value
+
+    def resolve(self, key: str) -> WalkResult | None:
+        return self.graph.resolve_key(key)
+
+    def root_key_of(self, key: str) -> RootKey | None:
+        """The root whose document covers the object `key` (None: no document does)."""
+        result = self.graph.resolve_key(key)
+        if result is None or result.root is None or not result.root.uid:
+            return None
+        return RootKey.of(result.root)
+
+    def roots(self, namespaces: Iterable[str] | None = None) -> list[RootKey]:
+        """Every root now (tracked objects whose walk says root or unresolved), sorted."""
+        wanted = set(namespaces) if namespaces is not None else None
+        out = []
+        for key in list(self.graph.keys()):
+            ref = self.graph.ref(key)
+            if ref is None or not self.registry.is_tracked(ref.group_kind):
+                continue
+            if wanted is not None and ref.namespace not in wanted:
+                continue
+            result = self.graph.resolve_key(key)
+            if result is not None and result.status in (Rollup.ROOT, Rollup.UNRESOLVED):
+                out.append(RootKey.of(ref))
+        out.sort()
+        return out
+
+    def opted_in_namespaces(self) -> list[str]:
+        return sorted(ns for ns in self.namespaces if self.opted_in(ns))
+
+    def docs_of(self, uid: str) -> list[Obj]:
+        """Our ConfigMaps labelled as the document of the object with this UID."""
+        names = sorted(self._cm_by_uid.get(uid, ()))
+        return [self.configmaps[n] for n in names]
+
+    def docs_in(self, namespace: str) -> list[Obj]:
+        return [cm for (ns, _), cm in sorted(self.configmaps.items()) if ns == namespace]
+
+    def doc_namespaces(self) -> list[str]:
+        return sorted({ns for ns, _ in self.configmaps})
+
+    def configmap(self, namespace: str, name: str) -> Obj | None:
+        return self.configmaps.get((namespace, name))
+
+    # -- keys for the informers' relist bookkeeping ----------------------------
+
+    @staticmethod
+    def key(gk: GroupKind, obj: Obj) -> str:
+        meta = metadata(obj)
+        if gk == NAMESPACE:
+            return f"ns\x00{meta.get('name', '')}"
+        if gk == CONFIGMAP:
+            return f"cm\x00{meta.get('namespace', '')}\x00{meta.get('name', '')}"
+        return key_of(ref_of(obj))
+
+    def get(self, gk: GroupKind, key: str) -> Obj | None:
+        if gk == NAMESPACE:
+            labels = self.namespaces.get(key.split("\x00", 1)[1])
+            return None if labels is None else _namespace_obj(key.split("\x00", 1)[1], labels)
+        if gk == CONFIGMAP:
+            _, ns, name = key.split("\x00", 2)
+            return self.configmaps.get((ns, name))
+        return self.graph.get(key)
+
+    def keys_of_kind(self, gk: GroupKind) -> Iterator[str]:
+        if gk == NAMESPACE:
+            return (f"ns\x00{n}" for n in list(self.namespaces))
+        if gk == CONFIGMAP:
+            return (f"cm\x00{ns}\x00{n}" for ns, n in list(self.configmaps))
+        return (
+            k
+            for k in list(self.graph.keys())
+            if (r := self.graph.ref(k)) is not None and r.group_kind == gk
+        )
+
+    # -- events ----------------------------------------------------------------
+
+    def upsert(self, gk: GroupKind, obj: Obj) -> Dirty:
+        """An object was added or modified (or listed)."""
+        if gk == NAMESPACE:
+            return self._namespace(obj, deleted=False)
+        if gk == CONFIGMAP:
+            return self._configmap(obj, deleted=False)
+        return self._graph_upsert(obj)
+
+    def delete(self, gk: GroupKind, obj: Obj) -> Dirty:
+        """An object was deleted (or is missing from a relist)."""
+        if gk == NAMESPACE:
+            return self._namespace(obj, deleted=True)
+        if gk == CONFIGMAP:
+            return self._configmap(obj, deleted=True)
+        return self._graph_delete(key_of(ref_of(obj)))
+
+    def delete_key(self, gk: GroupKind, key: str) -> Dirty:
+        obj = self.get(gk, key)
+        return self.delete(gk, obj) if obj is not None else Dirty()
+
+    def set_unavailable(self, gk: GroupKind, reason: Reason | None) -> Dirty:
+        """A kind became unreadable (Forbidden, NoMatch) or readable again."""
+        current = self.graph.unavailable.get(gk)
+        if current == reason:
+            return Dirty()
+        if reason is None:
+            del self.graph.unavailable[gk]
+        else:
+            self.graph.unavailable[gk] = reason
+        # Every walk through that kind changes: resync (rare: RBAC or CRD changes).
+        return Dirty(full=not self.bulk)
+
+    def drop_kind(self, gk: GroupKind) -> Dirty:
+        """Forget every cached object of a kind (its CRD went away)."""
+        dirty = Dirty()
+        for key in list(self.keys_of_kind(gk)):
+            dirty.update(self.delete_key(gk, key))
+        return dirty
+
+    def note_configmap(self, obj: Obj) -> None:
+        """Record a ConfigMap we just wrote (the watch event that follows is then a no-op)."""
+        self._configmap(obj, deleted=False)
+
+    def forget_configmap(self, namespace: str, name: str) -> None:
+        self._unindex_cm((namespace, name))
+
+    # -- graph objects -----------------------------------------------------------
+
+    def _graph_upsert(self, obj: Obj) -> Dirty:
+        ref = ref_of(obj)
+        key = key_of(ref)
+        old = self.graph.get(key)
+        if old is not None and _same_version(old, obj):
+            return Dirty()
+        if self.bulk:
+            self.graph.upsert(obj)
+            return Dirty()
+        if old is not None and controller_ref(old) == controller_ref(obj):
+            self.graph.upsert(obj)
+            dirty = Dirty(stamps={key})
+            root = self.root_key_of(key)
+            if root is not None:
+                dirty.roots.add(root)
+            return dirty
+        if old is None:
+            # New: objects that already claimed this UID (children created
+            # first) attach now. Their roots before are read with the object
+            # briefly absent again, which is exactly the state before.
+            self.graph.upsert(obj)
+            below = self.graph.descendants(key)
+            self.graph.remove(key)
+            dirty = Dirty()
+            for child in below:
+                dirty.update(self._subtree(child, descendants=False))
+            self.graph.upsert(obj)
+        else:
+            dirty = self._subtree(key)
+            self.graph.upsert(obj)
+        dirty.update(self._subtree(key))
+        return dirty
+
+    def _graph_delete(self, key: str) -> Dirty:
+        if key not in self.graph:
+            return Dirty()
+        if self.bulk:
+            self.graph.remove(key)
+            return Dirty()
+        dirty = self._subtree(key)
+        children = self.graph.descendants(key)
+        self.graph.remove(key)
+        dirty.stamps.discard(key)
+        for child in children:
+            dirty.update(self._subtree(child, descendants=False))
+        return dirty
+
+    def _subtree(self, key: str, *, descendants: bool = True) -> Dirty:
+        """The object and (optionally) its descendants: their roots and stamps."""
+        dirty = Dirty()
+        if key not in self.graph:
+            return dirty
+        keys = [key, *self.graph.descendants(key)] if descendants else [key]
+        for k in keys:
+            dirty.stamps.add(k)
+            root = self.root_key_of(k)
+            if root is not None:
+                dirty.roots.add(root)
+        return dirty
+
+    # -- namespaces ----------------------------------------------------------------
+
+    def _namespace(self, obj: Obj, *, deleted: bool) -> Dirty:
+        meta = metadata(obj)
+        name = str(meta.get("name", ""))
+        was = self.opted_in(name)
+        if deleted:
+            self.namespaces.pop(name, None)
+            return Dirty()
+        labels = meta.get("labels")
+        self.namespaces[name] = dict(labels) if isinstance(labels, dict) else {}
+        now = self.opted_in(name)
+        if self.bulk or was == now:
+            return Dirty()
+        if now:
+            # Opted in: every root of the namespace gets its document, and
+            # stamps are checked if repairs are limited to opted-in namespaces.
+            dirty = Dirty(roots=set(self.roots([name])))
+            dirty.stamps = set(self.graph.namespace_keys(name))
+            return dirty
+        return Dirty(sweeps={SweepKey(name)})
+
+    # -- our ConfigMaps --------------------------------------------------------------
+
+    def _configmap(self, obj: Obj, *, deleted: bool) -> Dirty:
+        meta = metadata(obj)
+        name = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        old = self.configmaps.get(name)
+        if deleted:
+            if old is None:
+                return Dirty()  # we deleted it ourselves and already forgot it
+            self._unindex_cm(name)
+            return Dirty() if self.bulk else self._doc_dirty(old, deleted=True)
+        if old is not None and _same_version(old, obj):
+            return Dirty()
+        self._unindex_cm(name)
+        if not _managed(obj):
+            return Dirty()
+        self.configmaps[name] = obj
+        uid = self.labels.root_uid_of(obj)
+        if uid:
+            self._cm_by_uid.setdefault(uid, set()).add(name)
+        return Dirty() if self.bulk else self._doc_dirty(obj, deleted=False)
+
+    def _unindex_cm(self, name: CmName) -> None:
+        old = self.configmaps.pop(name, None)
+        if old is None:
+            return
+        uid = self.labels.root_uid_of(old)
+        names = self._cm_by_uid.get(uid)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._cm_by_uid[uid]
+
+    def _doc_dirty(self, cm: Obj, *, deleted: bool) -> Dirty:
+        """Someone else changed one of our documents: which key makes it true again."""
+        ns = str(metadata(cm).get("namespace", ""))
+        if not self.opted_in(ns):
+            return Dirty() if deleted else Dirty(sweeps={SweepKey(ns)})
+        uid = self.labels.root_uid_of(cm)
+        if uid not in self.graph:
+            return Dirty()  # its root is gone: the garbage collector removes it
+        root = self.root_key_of(uid)
+        if root is None:
+            return Dirty(sweeps={SweepKey(ns)})
+        return Dirty(roots={root})
+
+
+def _managed(obj: Obj) -> bool:
+    labels = metadata(obj).get("labels")
+    return isinstance(labels, dict) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+
+
+def _same_version(old: Obj, new: Obj) -> bool:
+    rv = metadata(new).get("resourceVersion")
+    return bool(rv) and metadata(old).get("resourceVersion") == rv
+
+
+def _namespace_obj(name: str, labels: Mapping[str, str]) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}

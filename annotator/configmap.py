@@ -1,0 +1,318 @@
+"""The AIBOM ConfigMap of a root: name, labels, ownerReference, payload. Pure.
+
+The contract is ARCHITECTURE.md's: name `aibom-<kind-lowercase>-<name>`
+(`aibom_core.rollup.configmap_name`), data key `aibom.json`, labels
+`app.kubernetes.io/managed-by: aibom-rollup`, `<prefix>root-kind`,
+`<prefix>root-name`, `<prefix>root-uid`, and an ownerReference to the root
+that is *not* a controller reference (the ConfigMap is a dependent the
+garbage collector removes with the root, not something the root manages).
+
+Label values must be valid (at most 63 characters of `[A-Za-z0-9._-]`,
+alphanumeric at both ends); an object name may have 253, so a long name is
+shortened with a hash suffix, and the full `<group>/<Kind>/<name>` is in the
+`<prefix>document-for` annotation.
+
+Size: data plus binaryData of a ConfigMap may not exceed 1 MiB
+(`MaxSecretSize` in the API server's validation, which counts the value
+bytes). A larger document is gzip-compressed into `binaryData`
+(`aibom.json.gz`); if even that does not fit, components and owned entries
+are cut until it does, and the document says so in `aibom.truncated*`
+properties. Nothing is dropped silently; the caller also emits an Event.
+All of it deterministic: same document, same bytes (gzip with mtime 0).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aibom_core.objects import Obj, ObjRef, metadata
+from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
+from aibom_core.stamp import DEFAULT_PREFIX
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "aibom-rollup"
+FIELD_MANAGER = "aibom-rollup-annotator"
+# k8s.io/kubernetes pkg/apis/core/validation: ValidateConfigMap sums the
+# lengths of every data and binaryData value against MaxSecretSize = 1 MiB.
+MAX_DATA_BYTES = 1 << 20
+TRUNCATED_PREFIX = "aibom.truncated"
+OWNED_PREFIX = "aibom.rollup.owned."
+
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_MAX_LABEL = 63
+
+
+@dataclass(frozen=True, slots=True)
+class DocLabels:
+    """Label and annotation keys of our ConfigMaps, under the stamp prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def root_kind(self) -> str:
+        return f"{self.prefix}root-kind"
+
+    @property
+    def root_name(self) -> str:
+        return f"{self.prefix}root-name"
+
+    @property
+    def root_uid(self) -> str:
+        return f"{self.prefix}root-uid"
+
+    @property
+    def document_for(self) -> str:
+        return f"{self.prefix}document-for"
+
+    @property
+    def input_hash(self) -> str:
+        return f"{self.prefix}input-hash"
+
+    @property
+    def generator(self) -> str:
+        return f"{self.prefix}generator"
+
+    @property
+    def encoding(self) -> str:
+        return f"{self.prefix}encoding"
+
+    @property
+    def selector(self) -> str:
+        """The label selector of every ConfigMap we manage (our watch uses it)."""
+        return f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
+    def root_uid_of(self, cm: Obj) -> str:
+        labels = metadata(cm).get("labels")
+        return str(labels.get(self.root_uid, "")) if isinstance(labels, dict) else ""
+
+
+def label_value(value: str) -> str:
+    """`value` if it is a valid label value, else a valid one that keeps it distinct."""
+    if len(value) <= _MAX_LABEL and _LABEL_VALUE.match(value):
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)
+    head = cleaned[: _MAX_LABEL - len(digest) - 1]
+    head = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", head)
+    return f"{head}-{digest}" if head else digest
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """What goes into the ConfigMap: `json` as is, `gzip`, or `truncated` (and gzip)."""
+
+    encoding: str
+    data: Mapping[str, str]
+    binary_data: Mapping[str, str]
+    size: int  # the bytes counted against the limit
+    original_size: int
+    omitted_components: int = 0
+    omitted_owned: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        return self.encoding == "truncated"
+
+
+def fit(document: bytes, *, limit: int = MAX_DATA_BYTES) -> Payload:
+    """Put a document into a ConfigMap's budget, compressing or cutting as needed."""
+    if len(document) <= limit:
+        return Payload(
+            "json", {DATA_KEY: document.decode("utf-8")}, {}, len(document), len(document)
+        )
+    packed = _gzip(document)
+    if len(packed) <= limit:
+        return Payload("gzip", {}, {DATA_KEY_GZ: _b64(packed)}, len(packed), len(document))
+    cut, omitted_c, omitted_o = truncate(document, limit=limit)
+    packed = _gzip(cut)
+    return Payload(
+        "truncated",
+        {},
+        {DATA_KEY_GZ: _b64(packed)},
+        len(packed),
+        len(document),
+        omitted_c,
+        omitted_o,
+    )
+
+
+def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
+    """The largest cut of a CycloneDX document whose gzip fits `limit`.
+
+    Keeps the same leading fraction of `components` and of the
+    `aibom.rollup.owned.<i>` properties (their order is the document's
+    sorted order), drops dependencies on removed components, and adds
+    `aibom.truncated`, `aibom.truncated.reason`,
+    `aibom.truncated.omitted-components` and `aibom.truncated.omitted-owned`.
+    Returns the bytes and how many components and owned entries were cut.
+    """
+    doc = json.loads(document)
+    components: list[Any] = list(doc.get("components") or [])
+    meta = doc.setdefault("metadata", {})
+    props: list[Any] = list(meta.get("properties") or [])
+    owned = [p for p in props if str(p.get("name", "")).startswith(OWNED_PREFIX)]
+    others = [p for p in props if not str(p.get("name", "")).startswith(OWNED_PREFIX)]
+    original = len(document)
+
+    def build(keep: float) -> tuple[bytes, int, int]:
+        n_c = int(len(components) * keep)
+        n_o = int(len(owned) * keep)
+        out = dict(doc)
+        out_meta = dict(meta)
+        kept = components[:n_c]
+        out["components"] = kept
+        refs = {c.get("bom-ref") for c in kept if isinstance(c, dict)}
+        if "dependencies" in doc:
+            out["dependencies"] = _prune_dependencies(doc["dependencies"], refs, meta)
+        note = [
+            {"name": TRUNCATED_PREFIX, "value": "true"},
+            {
+                "name": f"{TRUNCATED_PREFIX}.reason",
+                "value": f"the document of {original} bytes does not fit a ConfigMap "
+                f"({limit} bytes) even gzip-compressed",
+            },
+            {
+                "name": f"{TRUNCATED_PREFIX}.omitted-components",
+                "value": str(len(components) - n_c),
+            },
+            {"name": f"{TRUNCATED_PREFIX}.omitted-owned", "value": str(len(owned) - n_o)},
+        ]
+        all_props = [*others, *owned[:n_o], *note]
+        all_props.sort(key=lambda p: (str(p.get("name", "")), str(p.get("value", ""))))
+        out_meta["properties"] = all_props
+        out["metadata"] = out_meta
+        data = json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+        return data, len(components) - n_c, len(owned) - n_o
+
+    lo, hi = 0.0, 1.0
+    best = build(0.0)
+    if len(_gzip(best[0])) > limit:
+        raise ValueError(f"even an empty document does not fit {limit} bytes")
+    for _ in range(20):  # 2**-20 of the entries: precise enough, bounded cost
+        mid = (lo + hi) / 2
+        candidate = build(mid)
+        if len(_gzip(candidate[0])) <= limit:
+            best, lo = candidate, mid
+        else:
+            hi = mid
+    return best
+
+
+def _prune_dependencies(deps: Any, refs: set[Any], meta: Mapping[str, Any]) -> list[Any]:
+    if not isinstance(deps, list):
+        return []
+    root_ref = (meta.get("component") or {}).get("bom-ref")
+    keep = refs | {root_ref}
+    out = []
+    for dep in deps:
+        if not isinstance(dep, dict) or dep.get("ref") not in keep:
+            continue
+        kept = dict(dep)
+        if isinstance(kept.get("dependsOn"), list):
+            kept["dependsOn"] = [r for r in kept["dependsOn"] if r in keep]
+        out.append(kept)
+    return out
+
+
+def _gzip(data: bytes) -> bytes:
+    # mtime=0 and no file name: the same document always packs to the same bytes.
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unpack(cm: Obj) -> bytes | None:
+    """The document a ConfigMap holds (either encoding), for tests and tools."""
+    data = cm.get("data") or {}
+    if DATA_KEY in data:
+        return str(data[DATA_KEY]).encode("utf-8")
+    binary = cm.get("binaryData") or {}
+    if DATA_KEY_GZ in binary:
+        return gzip.decompress(base64.b64decode(binary[DATA_KEY_GZ]))
+    return None
+
+
+# -- the object ------------------------------------------------------------------
+
+
+def owner_reference(root: ObjRef, api_version: str) -> dict[str, Any]:
+    """A plain (non-controller) ownerReference to the root: GC removes us with it."""
+    return {"apiVersion": api_version, "kind": root.kind, "name": root.name, "uid": root.uid}
+
+
+def desired_labels(root: ObjRef, labels: DocLabels) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        labels.root_kind: label_value(root.kind),
+        labels.root_name: label_value(root.name),
+        labels.root_uid: label_value(root.uid),
+    }
+
+
+def configmap_body(
+    root: ObjRef,
+    *,
+    api_version: str,
+    name: str,
+    payload: Payload,
+    input_hash: str,
+    generator: str,
+    labels: DocLabels,
+) -> dict[str, Any]:
+    """The object we server-side apply: every field we own, nothing else."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": root.namespace,
+            "labels": desired_labels(root, labels),
+            "annotations": {
+                labels.document_for: root.hop,
+                labels.input_hash: input_hash,
+                labels.generator: generator,
+                labels.encoding: payload.encoding,
+            },
+            "ownerReferences": [owner_reference(root, api_version)],
+        },
+    }
+    if payload.data:
+        body["data"] = dict(payload.data)
+    if payload.binary_data:
+        body["binaryData"] = dict(payload.binary_data)
+    return body
+
+
+def is_current(
+    cm: Obj | None, root: ObjRef, *, input_hash: str, generator: str, labels: DocLabels
+) -> bool:
+    """Whether a cached ConfigMap already is the document we would write.
+
+    Compared on metadata only (the cache keeps no data): the input hash and
+    generator say the content is the same, the labels and ownerReference
+    that it is still ours and tied to this root.
+    """
+    if cm is None:
+        return False
+    meta = metadata(cm)
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    assert isinstance(ann, dict)
+    if ann.get(labels.input_hash) != input_hash or ann.get(labels.generator) != generator:
+        return False
+    have = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    assert isinstance(have, dict)
+    if any(have.get(k) != v for k, v in desired_labels(root, labels).items()):
+        return False
+    refs = meta.get("ownerReferences")
+    return isinstance(refs, list) and any(
+        isinstance(r, dict) and r.get("uid") == root.uid for r in refs
+    )

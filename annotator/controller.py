@@ -1,0 +1,668 @@
+"""The controller: informers -> cache -> work queues -> reconcilers -> writer.
+
+- A supervisor rediscovers the API every `rediscovery_interval` and runs one
+  informer per kind it wants (tracked kinds, walk-only intermediates,
+  Namespaces, our ConfigMaps): a kind the server does not serve gets none
+  (and is `NoMatch` to the walk), a CRD installed later gets one at the
+  next rediscovery, an informer whose CRD went away ends and its objects
+  leave the cache. One kind's trouble never stops another's informer.
+- Informer events go through `ClusterState`, which says which keys are
+  dirty; the leader queues them. Standbys keep the same warm cache and
+  queue nothing; the leader does one full resync when it starts leading.
+- Reconcilers (`workers` of them for documents, one for stamps) execute the
+  plans of `annotator.plan`: read the cache, write through `Writer`.
+
+CPU-heavy work (the walk, the hash, rendering) is pure and short per key;
+only a document too big for a ConfigMap is compressed off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aibom_core.bom import render
+
+from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.objects import Obj
+from aibom_core.stamp import Keys
+from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
+from aibom_rollup.kube import ApiResource, Kube, KubeError
+from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
+from annotator.configmap import MAX_DATA_BYTES, DocLabels, Payload, configmap_body, fit
+from annotator.informer import Informer, InformerState
+from annotator.keys import DocKey, RootKey, SweepKey
+from annotator.leader import LeaderElector
+from annotator.lease import ElectionConfig
+from annotator.metrics import Metrics
+from annotator.plan import DocRef, Outcome, RootPlan, plan_root, plan_stamp, plan_sweep
+from annotator.slim import slimmer
+from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
+from annotator.writer import NotLeader, WriteError, Writer
+
+log = logging.getLogger("annotator")
+
+STAMP_MODES = ("opted-in", "all", "off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    registry: KindRegistry
+    tool_version: str
+    keys: Keys = field(default_factory=Keys)
+    namespace_label: tuple[str, str] = ("aibom.dev/enabled", "true")
+    max_depth: int = DEFAULT_MAX_DEPTH
+    workers: int = 8
+    page_size: int = 500
+    watch_timeout: int = 300
+    rediscovery_interval: float = 30.0
+    stamp_mode: str = "opted-in"
+    stamp_settle: float = 2.0
+    write_qps: float = 200.0
+    write_burst: int = 400
+    stamp_qps: float = 10.0
+    stamp_burst: int = 50
+    size_limit: int = MAX_DATA_BYTES
+    forbidden_retry: float = 30.0
+
+    @property
+    def generator(self) -> str:
+        return f"aibom-rollup/{self.tool_version}"
+
+    @property
+    def labels(self) -> DocLabels:
+        return DocLabels(self.keys.prefix)
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        *,
+        election: ElectionConfig | None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.metrics.watch_requests(lambda: dict(kube.requests))
+        self.state = ClusterState(
+            settings.registry,
+            max_depth=settings.max_depth,
+            opt_in_label=settings.namespace_label,
+            labels=settings.labels,
+        )
+        self.slim = slimmer(settings.registry)
+        self.wanted: tuple[GroupKind, ...] = tuple(
+            sorted(settings.registry.tracked | settings.registry.walk_only | {NAMESPACE, CONFIGMAP})
+        )
+        self.informers: dict[GroupKind, Informer] = {}
+        self._informer_tasks: dict[GroupKind, asyncio.Task[None]] = {}
+        self._unserved: set[GroupKind] = set()
+        self.docs: WorkQueue[DocKey] = self._doc_queue()
+        self.stamps: WorkQueue[str] = WorkQueue("stamps")
+        self._workers: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self.synced = asyncio.Event()
+        self._logged: set[tuple[str, ...]] = set()
+        self._events_sent: set[tuple[str, str]] = set()
+        self.identity = election.identity if election else "annotator"
+        self.elector = (
+            LeaderElector(kube, election, on_change=self._leadership) if election else None
+        )
+        self.writer = Writer(
+            kube,
+            is_leader=self.is_leader,
+            bucket=TokenBucket(settings.write_qps, settings.write_burst),
+            stamp_bucket=TokenBucket(settings.stamp_qps, settings.stamp_burst),
+            identity=self.identity,
+        )
+        self._leading = election is None
+        self.first_synced_at: float | None = None
+        self.reconciles = 0
+        self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
+
+    def _doc_queue(self) -> WorkQueue[DocKey]:
+        return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
+
+    # -- leadership -------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def _leadership(self, leading: bool) -> None:
+        self._leading = leading
+        self.metrics.leader.set(1 if leading else 0)
+        if leading:
+            self._start_workers()
+            if self.synced.is_set():
+                self.full_resync()
+        else:
+            self._stop_workers()
+
+    def _start_workers(self) -> None:
+        if self._workers:
+            return
+        self.docs = self._doc_queue()
+        self.stamps = WorkQueue("stamps")
+        for i in range(self.settings.workers):
+            self._workers.append(asyncio.create_task(self._doc_worker(), name=f"doc-worker-{i}"))
+        if self.settings.stamp_mode != "off":
+            self._workers.append(asyncio.create_task(self._stamp_worker(), name="stamp-worker"))
+
+    def _stop_workers(self) -> None:
+        self.docs.shut_down()
+        self.stamps.shut_down()
+        for task in self._workers:
+            task.cancel()
+        self._workers.clear()
+
+    async def _drain_workers(self, timeout: float) -> None:
+        """Let in-flight reconciles finish (graceful shutdown), then cancel the rest."""
+        self.docs.shut_down()
+        self.stamps.shut_down()
+        if self._workers:
+            _, pending = await asyncio.wait(self._workers, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._workers.clear()
+
+    # -- informer sink -------------------------------------------------------------
+
+    def upsert(self, gk: GroupKind, obj: Obj) -> str:
+        self._dirty(self.state.upsert(gk, obj))
+        return self.state.key(gk, obj)
+
+    def delete(self, gk: GroupKind, obj: Obj) -> None:
+        self._dirty(self.state.delete(gk, obj))
+
+    def relisted(self, gk: GroupKind, seen: set[str]) -> None:
+        dirty = Dirty()
+        for key in list(self.state.keys_of_kind(gk)):
+            if key not in seen:
+                dirty.update(self.state.delete_key(gk, key))
+        self._dirty(dirty)
+
+    def restarted(self, gk: GroupKind, reason: str) -> None:
+        self.metrics.watch_restarts.labels(gk.group or "core", gk.kind, reason).inc()
+
+    def status(self, informer: Informer) -> None:
+        gk = informer.gk
+        group = gk.group or "core"
+        for state in InformerState:
+            self.metrics.watch_state.labels(group, gk.kind, state.value).set(
+                1 if informer.state is state else 0
+            )
+        self.metrics.watch_healthy.labels(group, gk.kind).set(1 if informer.healthy else 0)
+        if informer.state is InformerState.FORBIDDEN:
+            self._once(
+                ("forbidden", str(gk)),
+                "cannot list a kind: walks through it end as unresolved (Forbidden)",
+                kind=str(gk),
+                error=informer.last_error,
+            )
+            self._dirty(self.state.set_unavailable(gk, Reason.FORBIDDEN))
+        elif informer.state is InformerState.NO_MATCH:
+            log.warning("kind no longer served; dropping its cache", extra={"kind": str(gk)})
+            dirty = self.state.drop_kind(gk)
+            dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
+            self._dirty(dirty)
+        elif informer.state is InformerState.WATCHING:
+            self._logged.discard(("forbidden", str(gk)))
+            self._dirty(self.state.set_unavailable(gk, None))
+        self._check_synced()
+
+    # -- dirty keys --------------------------------------------------------------------
+
+    def _dirty(self, dirty: Dirty) -> None:
+        if not dirty or not self._leading or not self.synced.is_set():
+            return  # standbys queue nothing; the first sync ends with a full resync
+        if dirty.full:
+            self.full_resync()
+            return
+        for root in dirty.roots:
+            self.docs.add(root)
+        for sweep in dirty.sweeps:
+            self.docs.add(sweep)
+        if self.settings.stamp_mode != "off":
+            for key in dirty.stamps:
+                # Settle first: the webhook stamped the object from live GETs a
+                # moment ago, and our cache may not have seen its owner yet.
+                self.stamps.add_after(key, self.settings.stamp_settle)
+
+    def full_resync(self) -> None:
+        """Queue every document and every stamp (start of leadership, RBAC/CRD change)."""
+        if not self._leading:
+            return
+        for root in self.state.roots(self.state.opted_in_namespaces()):
+            self.docs.add(root)
+        for ns in self.state.doc_namespaces():
+            self.docs.add(SweepKey(ns))
+        if self.settings.stamp_mode != "off":
+            scope = self._stamp_scope()
+            for key in list(self.state.graph.keys()):
+                ref = self.state.graph.ref(key)
+                if ref is not None and (scope is None or ref.namespace in scope):
+                    self.stamps.add_after(key, self.settings.stamp_settle)
+
+    def _stamp_scope(self) -> set[str] | None:
+        if self.settings.stamp_mode == "all":
+            return None
+        return set(self.state.opted_in_namespaces())
+
+    # -- readiness ----------------------------------------------------------------------
+
+    def _check_synced(self) -> None:
+        if self.synced.is_set():
+            return
+        required = (NAMESPACE, CONFIGMAP)
+        if not all(gk in self.informers and self.informers[gk].synced.is_set() for gk in required):
+            return
+        for gk in self.wanted:
+            informer = self.informers.get(gk)
+            if gk in self._unserved:
+                continue
+            if informer is None or not informer.settled:
+                return
+        self.state.bulk = False
+        self.first_synced_at = time.monotonic()
+        self.synced.set()
+        self.metrics.ready.set(1)
+        log.info(
+            "caches synced",
+            extra={"objects": len(self.state.graph), "configmaps": len(self.state.configmaps)},
+        )
+        self.full_resync()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        waiting = sorted(
+            str(gk)
+            for gk in self.wanted
+            if gk not in self._unserved
+            and (gk not in self.informers or not self.informers[gk].settled)
+        )
+        return self.synced.is_set(), {
+            "waiting": waiting,
+            "leader": self._leading,
+            "unavailable": {
+                str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
+            },
+        }
+
+    def watched(self, gk: GroupKind) -> bool:
+        informer = self.informers.get(gk)
+        return informer is not None and informer.healthy
+
+    # -- discovery supervisor --------------------------------------------------------------
+
+    async def supervise_once(self) -> None:
+        try:
+            await self.kube.discovery.refresh()
+        except (KubeError, TimeoutError) as exc:
+            log.warning(
+                "discovery failed; keeping the informers we have", extra={"error": str(exc)}
+            )
+            return
+        for gk in self.wanted:
+            task = self._informer_tasks.get(gk)
+            if task is not None and not task.done():
+                continue
+            resource = self.kube.discovery.cached(gk)
+            if resource is None:
+                if gk not in self._unserved:
+                    self._unserved.add(gk)
+                    self._once(("unserved", str(gk)), "kind not served; not watched", kind=str(gk))
+                    self.informers.pop(gk, None)
+                    dirty = (
+                        self.state.drop_kind(gk) if gk not in (NAMESPACE, CONFIGMAP) else Dirty()
+                    )
+                    if gk not in (NAMESPACE, CONFIGMAP):
+                        dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
+                    self._dirty(dirty)
+                continue
+            if gk in self._unserved:
+                self._unserved.discard(gk)
+                self._logged.discard(("unserved", str(gk)))
+                log.info("kind now served; starting its informer", extra={"kind": str(gk)})
+            self._start_informer(gk, resource)
+        self._check_synced()
+
+    def _start_informer(self, gk: GroupKind, resource: ApiResource) -> None:
+        informer = Informer(
+            self.kube,
+            resource,
+            gk=gk,
+            sink=self,
+            slim=self.slim,
+            label_selector=self.settings.labels.selector if gk == CONFIGMAP else None,
+            page_size=self.settings.page_size,
+            watch_timeout=self.settings.watch_timeout,
+            forbidden_retry=self.settings.forbidden_retry,
+        )
+        self.informers[gk] = informer
+        self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")
+
+    async def _supervisor(self) -> None:
+        while True:
+            await self.supervise_once()
+            await asyncio.sleep(self.settings.rediscovery_interval)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            self.metrics.queue_depth.labels("documents").set(len(self.docs))
+            self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
+            counts: dict[GroupKind, int] = {}
+            for obj in self.state.graph.objects():
+                gk = group_kind_of(obj)
+                counts[gk] = counts.get(gk, 0) + 1
+            counts[CONFIGMAP] = len(self.state.configmaps)
+            counts[NAMESPACE] = len(self.state.namespaces)
+            for gk in self.wanted:
+                self.metrics.cached_objects.labels(gk.group or "core", gk.kind).set(
+                    counts.get(gk, 0)
+                )
+            await asyncio.sleep(2.0)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start discovery, informers, the elector and the background loops."""
+        await self.supervise_once()
+        self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
+        self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        if self.elector is not None:
+            self._tasks.append(asyncio.create_task(self.elector.run(), name="elector"))
+        else:
+            self._leadership(True)
+
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Graceful shutdown: finish in-flight reconciles, release the Lease, stop watching."""
+        self._leading = False
+        await self._drain_workers(grace)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.elector is not None:
+            # Called with the writers stopped: nobody writes once the Lease is free.
+            await self.elector.release()
+        for task in self._informer_tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._informer_tasks.values(), return_exceptions=True)
+        self._informer_tasks.clear()
+
+    # -- document reconciles --------------------------------------------------------------------
+
+    async def _doc_worker(self) -> None:
+        while True:
+            try:
+                key = await self.docs.get()
+            except QueueShutDown:
+                return
+            started = time.perf_counter()
+            result = "error"
+            try:
+                if isinstance(key, SweepKey):
+                    result = await self._sweep(key)
+                else:
+                    result = await self.reconcile(key)
+                self.docs.forget(key)
+            except NotLeader:
+                result = "not_leader"
+            except asyncio.CancelledError:
+                raise
+            except (WriteError, KubeError, TimeoutError) as exc:
+                delay = self.docs.add_rate_limited(key)
+                self.metrics.errors.labels("reconcile").inc()
+                log.warning(
+                    "reconcile failed; will retry",
+                    extra={"key": str(key), "error": str(exc)[:500], "retry_in_s": round(delay, 3)},
+                )
+            except Exception:
+                delay = self.docs.add_rate_limited(key)
+                self.metrics.errors.labels("reconcile").inc()
+                log.exception("reconcile crashed (a bug); will retry", extra={"key": str(key)})
+            finally:
+                self.reconciles += 1
+                self.docs.done(key)
+                self.metrics.reconcile_duration.labels("documents", result).observe(
+                    time.perf_counter() - started
+                )
+            await asyncio.sleep(0)
+
+    async def reconcile(self, key: RootKey) -> str:
+        plan = plan_root(self.state, key, generator=self.settings.generator)
+        self._count(plan)
+        if plan.requeue is not None:
+            self.docs.add(plan.requeue)
+        result = "unchanged"
+        for doc in plan.delete_now:
+            await self._delete(doc, reason="not_opted_in", requeue=key)
+            result = "deleted"
+        if plan.ref is None or not plan.cm_name:
+            return result if plan.delete_now else plan.outcome.value
+        if plan.write:
+            await self._write(plan)
+            result = "written"
+        else:
+            self.metrics.documents_unchanged.inc()
+        # Only now, with the document that lists them written (or already
+        # current), may the documents it supersedes go.
+        for doc in plan.supersedes:
+            await self._delete(doc, reason="rolled_up", requeue=key)
+        return result
+
+    def _count(self, plan: RootPlan) -> None:
+        kind = plan.key.kind
+        self.metrics.outcomes.labels(kind, plan.outcome.value).inc()
+        for owned in plan.owned:
+            self.metrics.outcomes.labels(owned.kind, Outcome.ROLLED_UP.value).inc()
+        if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
+            failure = plan.failure
+            self.metrics.unresolved.labels(kind, failure.reason.value).inc()
+            self._once(
+                ("unresolved", failure.group, failure.kind, failure.reason.value),
+                "owner walk failed; the workload is reported as its own root",
+                kind=f"{failure.group or 'core'}/{failure.kind}",
+                reason=failure.reason.value,
+                example=str(plan.key),
+            )
+
+    async def _write(self, plan: RootPlan) -> None:
+        assert plan.ref is not None
+        document = render(plan.facts, tool_version=self.settings.tool_version)
+        limit = self.settings.size_limit
+        if len(document) > limit:
+            payload = await asyncio.to_thread(fit, document, limit=limit)
+        else:
+            payload = fit(document, limit=limit)
+        body = configmap_body(
+            plan.ref,
+            api_version=plan.api_version,
+            name=plan.cm_name,
+            payload=payload,
+            input_hash=plan.input_hash,
+            generator=self.settings.generator,
+            labels=self.settings.labels,
+        )
+        stored = await self.writer.apply_configmap(body)
+        self.state.note_configmap(self.slim(stored))
+        self.metrics.documents_written.labels(payload.encoding).inc()
+        log.info(
+            "document written",
+            extra={
+                "root": str(plan.key),
+                "configmap": plan.cm_name,
+                "encoding": payload.encoding,
+                "bytes": payload.size,
+                "owned": len(plan.owned),
+                "pods": plan.pods,
+                "input_hash": plan.input_hash,
+            },
+        )
+        if payload.encoding != "json":
+            await self._report_size(plan, payload)
+        if self.on_written is not None:
+            self.on_written(stored)
+
+    async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
+        assert plan.ref is not None
+        original, size = payload.original_size, payload.size
+        cut_c, cut_o = payload.omitted_components, payload.omitted_owned
+        if payload.encoding == "gzip":
+            log.info(
+                "document compressed to fit a ConfigMap",
+                extra={"root": str(plan.key), "bytes": original, "gzip_bytes": size},
+            )
+            return
+        log.warning(
+            "document truncated to fit a ConfigMap",
+            extra={
+                "root": str(plan.key),
+                "bytes": original,
+                "omitted_components": cut_c,
+                "omitted_owned": cut_o,
+            },
+        )
+        marker = (plan.ref.uid, plan.input_hash)
+        if marker in self._events_sent:
+            return
+        note = (
+            f"The AIBOM of {plan.ref.kind}/{plan.ref.name} is {original} bytes and does not fit "
+            f"ConfigMap {plan.cm_name} even gzip-compressed; it was truncated "
+            f"({cut_c} components and {cut_o} owned entries left out; see the "
+            f"aibom.truncated properties)."
+        )
+        try:
+            await self.writer.event(
+                plan.ref,
+                api_version=plan.api_version,
+                reason="AIBOMTruncated",
+                note=note,
+                action="WriteAIBOM",
+            )
+            self._events_sent.add(marker)
+        except (WriteError, KubeError, TimeoutError) as exc:
+            log.warning("could not record the truncation Event", extra={"error": str(exc)})
+
+    async def _delete(self, doc: DocRef, *, reason: str, requeue: DocKey) -> None:
+        if await self.writer.delete_configmap(doc):
+            self.state.forget_configmap(doc.namespace, doc.name)
+            self.metrics.documents_deleted.labels(reason).inc()
+            log.info("document deleted", extra={"configmap": str(doc), "why": reason})
+        else:
+            # It changed since we looked: judge again from the fresh cache.
+            self.docs.add_rate_limited(requeue)
+
+    async def _sweep(self, key: SweepKey) -> str:
+        plan = plan_sweep(self.state, key)
+        opted = self.state.opted_in(key.namespace)
+        for doc in plan.deletes:
+            await self._delete(doc, reason="stale" if opted else "not_opted_in", requeue=key)
+        for root in plan.requeue:
+            self.docs.add(root)
+        return "deleted" if plan.deletes else "unchanged"
+
+    # -- stamp repairs --------------------------------------------------------------------------
+
+    async def _stamp_worker(self) -> None:
+        while True:
+            try:
+                key = await self.stamps.get()
+            except QueueShutDown:
+                return
+            started = time.perf_counter()
+            result = "error"
+            try:
+                result = await self.repair_stamp(key)
+                self.stamps.forget(key)
+            except NotLeader:
+                result = "not_leader"
+            except asyncio.CancelledError:
+                raise
+            except (WriteError, KubeError, TimeoutError) as exc:
+                self.stamps.add_rate_limited(key)
+                self.metrics.errors.labels("stamp").inc()
+                log.warning(
+                    "stamp repair failed; will retry", extra={"key": key, "error": str(exc)}
+                )
+            except Exception:
+                self.stamps.add_rate_limited(key)
+                self.metrics.errors.labels("stamp").inc()
+                log.exception("stamp check crashed (a bug)", extra={"key": key})
+            finally:
+                self.stamps.done(key)
+                self.metrics.reconcile_duration.labels("stamps", result).observe(
+                    time.perf_counter() - started
+                )
+            await asyncio.sleep(0)
+
+    async def repair_stamp(self, key: str) -> str:
+        plan = plan_stamp(
+            self.state,
+            key,
+            keys=self.settings.keys,
+            watched=self.watched,
+            namespaces=self._stamp_scope(),
+        )
+        if plan is None:
+            return "gone"
+        if plan.skipped:
+            self.metrics.stamp_skips.labels(plan.skipped).inc()
+            return "skipped"
+        if plan.patch is None:
+            return "unchanged"
+        resource = self.kube.discovery.cached(plan.ref.group_kind)
+        if resource is None:
+            return "gone"
+        outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
+        if outcome == "patched":
+            self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
+            log.info(
+                "stamp repaired",
+                extra={
+                    "object": f"{plan.ref.namespace}/{plan.ref.hop}",
+                    "annotations": plan.patch["metadata"]["annotations"],
+                },
+            )
+        elif outcome == "conflict":
+            self.stamps.add_after(key, self.settings.stamp_settle)
+        elif outcome == "forbidden":
+            self._once(
+                ("stamp-forbidden", plan.ref.group, plan.ref.kind),
+                "may not patch this kind; its stamps are not repaired",
+                kind=f"{plan.ref.group or 'core'}/{plan.ref.kind}",
+            )
+        return outcome
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _once(self, marker: tuple[str, ...], msg: str, **fields: Any) -> None:
+        if marker in self._logged:
+            return
+        self._logged.add(marker)
+        log.warning(msg, extra=fields)
+
+
+async def run_until(
+    controller: Controller,
+    stop: asyncio.Event,
+    *,
+    on_started: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Start, wait for `stop`, shut down gracefully."""
+    await controller.start()
+    if on_started is not None:
+        await on_started()
+    try:
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await controller.stop()

@@ -1,0 +1,90 @@
+"""`/metrics`, `/healthz` and `/readyz` over aiohttp.
+
+- `/healthz`: the process is alive and its event loop answers (a wedged loop
+  cannot answer, which is the failure a liveness probe exists for).
+- `/readyz`: every kind's first list has synced, or the kind is known to be
+  unreadable (not served, or forbidden); 503 with the kinds still waited on
+  otherwise. A standby replica with warm caches is ready: it can take over.
+- `/metrics`: the Prometheus text format of the annotator's own registry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from annotator.metrics import Metrics
+
+
+class Probes:
+    def __init__(
+        self,
+        *,
+        metrics: Metrics,
+        readiness: Callable[[], tuple[bool, dict[str, Any]]],
+        host: str,
+        metrics_port: int,
+        health_port: int,
+    ) -> None:
+        self.metrics = metrics
+        self.readiness = readiness
+        self.host = host
+        self.metrics_port = metrics_port
+        self.health_port = health_port
+        self._runners: list[web.AppRunner] = []
+        self.ports: dict[str, int] = {}
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready, detail = self.readiness()
+        return web.Response(
+            status=200 if ready else 503,
+            text=json.dumps({"ready": ready, **detail}, sort_keys=True) + "\n",
+            content_type="application/json",
+        )
+
+    def _app(self, *, metrics: bool, health: bool) -> web.Application:
+        app = web.Application()
+        if metrics:
+            app.router.add_get("/metrics", self._metrics)
+        if health:
+            app.router.add_get("/healthz", self._healthz)
+            app.router.add_get("/readyz", self._readyz)
+        return app
+
+    async def start(self) -> None:
+        same = self.metrics_port == self.health_port
+        plan = (
+            [("metrics+health", self.metrics_port, True, True)]
+            if same
+            else [
+                ("metrics", self.metrics_port, True, False),
+                ("health", self.health_port, False, True),
+            ]
+        )
+        for name, port, metrics, health in plan:
+            runner = web.AppRunner(self._app(metrics=metrics, health=health), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, self.host, port)
+            await site.start()
+            self._runners.append(runner)
+            server = site._server
+            sockets = getattr(server, "sockets", None) or []
+            bound = sockets[0].getsockname()[1] if sockets else port
+            for part in name.split("+"):
+                self.ports[part] = int(bound)
+
+    async def stop(self) -> None:
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
