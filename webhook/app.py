@@ -30,6 +30,7 @@ from webhook.admission import (
     ReviewResponse,
     allowed,
     encode,
+    mirrored,
     parse_review,
     patched,
 )
@@ -102,7 +103,8 @@ class Admitter:
             m.owner_lookups.labels("shared").inc(resolution.shared)
         if result.status is Rollup.UNRESOLVED and result.failure is not None:
             self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
-        ops = stamp_patch(obj, stamp_of(result), keys=self._keys)
+        stamp = mirrored(stamp_of(result), subject=gk, owner=resolution.owner, keys=self._keys)
+        ops = stamp_patch(obj, stamp, keys=self._keys)
         if ops:
             m.patches.labels(gk.kind).inc()
         if log.isEnabledFor(logging.DEBUG):

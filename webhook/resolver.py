@@ -67,6 +67,7 @@ class Resolution:
     """A walk result and what it cost."""
 
     result: WalkResult
+    owner: Obj | None  # the controller owner as fetched for the first hop (None: no hop)
     gets: int  # API GETs this walk started
     cached: int  # hops answered from the owner cache
     shared: int  # hops that joined another walk's GET
@@ -141,10 +142,11 @@ class Resolver:
     async def resolve(self, obj: Obj, *, namespace: str) -> Resolution:
         gen = walk(obj, registry=self._registry, max_depth=self._max_depth, namespace=namespace)
         gets = cached = shared = 0
+        first: Obj | None = None
         try:
             req = next(gen)
         except StopIteration as stop:  # no controller owner: zero requests
-            return Resolution(result=stop.value, gets=0, cached=0, shared=0)
+            return Resolution(result=stop.value, owner=None, gets=0, cached=0, shared=0)
         loop = asyncio.get_running_loop()
         until = loop.time() + self._deadline
         while True:
@@ -156,10 +158,14 @@ class Resolver:
                 fetched, started = await self._fetch(req, until - loop.time())
                 gets += started
                 shared += not started
+            if first is None:
+                first = fetched.obj
             try:
                 req = gen.send(fetched)
             except StopIteration as stop:
-                return Resolution(result=stop.value, gets=gets, cached=cached, shared=shared)
+                return Resolution(
+                    result=stop.value, owner=first, gets=gets, cached=cached, shared=shared
+                )
 
     async def _fetch(self, req: OwnerRequest, remaining: float) -> tuple[Fetched, bool]:
         """One owner, joining a GET in flight for the same name; (answer, whether we started it)."""
