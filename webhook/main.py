@@ -277,7 +277,6 @@ class Server:
             self._host,
             self._port,
             ssl_context=self.reloader.context,
-            shutdown_timeout=self._grace,
         )
         await site.start()
         server = getattr(site, "_server", None)

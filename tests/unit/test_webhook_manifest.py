@@ -1,0 +1,85 @@
+"""The shipped manifests agree with the kind registry and with what the webhook needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.stamp import Keys, Stamp
+from tests.unit.kobj import mk
+from webhook.admission import mirrored
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+# Resource (plural) names of the registry's kinds.
+PLURAL = {
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "DaemonSet": "daemonsets",
+    "Job": "jobs",
+    "CronJob": "cronjobs",
+    "DynamoGraphDeployment": "dynamographdeployments",
+    "DynamoComponentDeployment": "dynamocomponentdeployments",
+    "NIMService": "nimservices",
+    "LeaderWorkerSet": "leaderworkersets",
+    "ReplicaSet": "replicasets",
+    "Pod": "pods",
+    "PodCliqueSet": "podcliquesets",
+    "PodCliqueScalingGroup": "podcliquescalinggroups",
+    "PodClique": "podcliques",
+    "DisaggregatedSet": "disaggregatedsets",
+    "InferenceService": "inferenceservices",
+}
+
+
+def _covered(rules: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+def _want(kinds: frozenset[GroupKind]) -> set[tuple[str, str]]:
+    return {(gk.group, PLURAL[gk.kind]) for gk in kinds}
+
+
+def test_rules_cover_exactly_the_registry() -> None:
+    config = yaml.safe_load((MANIFESTS / "webhook/mutatingwebhook.yaml").read_text())
+    hooks = {h["name"]: h for h in config["webhooks"]}
+    reg = default_registry()
+    assert _covered(hooks["tracked.stamp.aibom.dev"]["rules"]) == _want(reg.tracked)
+    assert _covered(hooks["intermediates.stamp.aibom.dev"]["rules"]) == _want(reg.walk_only)
+    for hook in hooks.values():
+        assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+        assert hook["timeoutSeconds"] <= 5 and hook["reinvocationPolicy"] == "IfNeeded"
+        assert hook["admissionReviewVersions"] == ["v1"]
+        exprs = hook["namespaceSelector"]["matchExpressions"]
+        assert {"key": "aibom.dev/enabled", "operator": "In", "values": ["true"]} in exprs
+        assert all(op in ("CREATE", "UPDATE") for r in hook["rules"] for op in r["operations"])
+        assert hook["matchConditions"][0]["expression"].startswith("request.operation != 'UPDATE'")
+
+
+def test_rbac_grants_get_on_every_walked_kind_and_nothing_else() -> None:
+    docs = list(yaml.safe_load_all((MANIFESTS / "webhook/rbac.yaml").read_text()))
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    granted = _covered(role["rules"])
+    reg = default_registry()
+    assert granted == _want(reg.tracked | reg.walk_only)
+    assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get"}
+
+
+def test_replicaset_mirrors_its_deployments_keys_only() -> None:
+    keys = Keys()
+    computed = Stamp(root="Deployment/d", root_uid="u", rollup="rolled-up", reason=None)
+    dep = mk(
+        "Deployment",
+        "d",
+        annotations={"aibom.dev/rollup": "root", "aibom.dev/root": "Deployment/d"},
+    )
+    rs = GroupKind("apps", "ReplicaSet")
+    got = mirrored(computed, subject=rs, owner=dep, keys=keys)
+    assert got == Stamp(root="Deployment/d", root_uid="u", rollup="root", reason=None)
+    # Not a ReplicaSet, not a Deployment owner, or an unstamped Deployment: unchanged.
+    assert mirrored(computed, subject=GroupKind("", "Pod"), owner=dep, keys=keys) == computed
+    sts = mk("StatefulSet", "s", annotations={"aibom.dev/rollup": "root"})
+    assert mirrored(computed, subject=rs, owner=sts, keys=keys) == computed
+    assert mirrored(computed, subject=rs, owner=mk("Deployment", "d"), keys=keys) == computed
