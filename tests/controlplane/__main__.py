@@ -31,7 +31,7 @@ kube-controller-manager, kubectl), built from the Go modules in tests/controlpla
 and cached under {cache_dir()} (override with AIBOM_CACHE_DIR).
 
 commands:
-  build   build the binaries unless cached (10-20 min the first time), print their folder
+  build   build the binaries unless cached (about 5 min the first time), print their folder
   up      start a control plane in the background, install the CRDs from the shared
           upstream folder (AIBOM_SHARED_DIR), print the kubeconfig path and return
   down    stop the control plane that 'up' started and remove its data
@@ -79,7 +79,7 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"kubectl:    {state['kubectl']}")
     print(f"logs:       {state['logs']}")
     print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
-    print(f"stop:       {Path(sys.executable).name} -m tests.controlplane down")
+    print(f"stop:       cd {REPO_ROOT} && {sys.executable} -m tests.controlplane down")
 
 
 def cmd_build(_: argparse.Namespace) -> int:
@@ -124,7 +124,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             _print_info(state)
             return 0
         if proc.poll() is not None:
-            print(f"the control plane failed to start (exit {proc.returncode}); {log}:", file=sys.stderr)
+            print(
+                f"the control plane failed to start (exit {proc.returncode}); {log}:",
+                file=sys.stderr,
+            )
             print(log.read_text(errors="replace")[-6000:], file=sys.stderr)
             return 1
         time.sleep(0.5)

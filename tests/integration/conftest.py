@@ -1,25 +1,41 @@
 """Fixtures for tests that run against the real control plane (tests/controlplane).
 
+Stable names, shared by every module in tests/integration/ (one control plane
+per pytest session):
+
 - ``control_plane`` (session): a started :class:`tests.controlplane.ControlPlane`
-  with the CRDs of ``DEFAULT_CRD_FILES`` installed and Established.
+  with the CRDs of ``DEFAULT_CRD_FILES`` installed and Established. Its API is
+  in the ``tests.controlplane`` module docstring; the most used parts:
+  ``cp.server``, ``cp.kubeconfig`` (= ``cp.admin_kubeconfig``), ``cp.ca_file``,
+  ``cp.admin_cert_file`` / ``cp.admin_key_file``, ``cp.ca_bundle``,
+  ``cp.request(method, path, body, identity=...)``,
+  ``cp.restricted_kubeconfig(user, groups)``, ``cp.issue_serving_cert(name)``,
+  ``cp.install_crd(path)`` / ``cp.delete_crd(name)``, and ``child_env()`` for
+  the environment of processes you start against it.
 - ``kubectl`` (session): ``kubectl("get", "pods", "-n", ns)`` runs the
   version-matched kubectl with the admin kubeconfig (``kubeconfig=`` for
-  another identity); it raises on a non-zero exit unless ``check=False``.
-- ``namespace`` (function): a fresh namespace whose default ServiceAccount
-  exists; deleted (without waiting) after the test.
+  another identity, ``input=`` for stdin); it raises ``ControlPlaneError`` on
+  a non-zero exit unless ``check=False``. Returns ``CompletedProcess[str]``.
+- ``namespace`` (function): a fresh namespace, named after the test, whose
+  default ServiceAccount exists; deleted (without waiting) after the test.
 
-The binaries are built, if not cached, once the tests are collected, before
-the first test starts (a cold build takes 10-20 min and must not count against
-a test's timeout). If they cannot be built, every integration test FAILS with
-the build error: nothing is skipped.
+Mark such tests ``@pytest.mark.integration``. The binaries are built, if not
+cached, once the tests are collected, before the first test starts (a cold
+build takes about 5 minutes on 2 cores and must not count against a test's
+timeout). If they cannot be built, every test using the fixtures FAILS with
+the build error: nothing is skipped. Whatever happens (failure, Ctrl-C,
+SIGKILL of pytest), the control plane's processes are stopped.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import time
 import uuid
 from collections.abc import Iterator
+from types import FrameType
+
 import pytest
 
 from tests.controlplane import ControlPlane, ControlPlaneError, Kubectl, ensure_binaries
@@ -31,6 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: needs the real control plane (tests/controlplane)"
     )
+    # SIGTERM (a CI timeout, `kill`) would end pytest without running any
+    # teardown; as KeyboardInterrupt, the fixtures stop the control plane.
+    # (SIGKILL is covered too: the children get PR_SET_PDEATHSIG=SIGKILL.)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+
+
+def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -66,12 +91,17 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base or 'test'}-{uuid.uuid4().hex[:6]}"
     resp = control_plane.request(
-        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
     )
     assert resp.status == 201, resp.body
     # Pods are refused until the serviceaccount controller made "default".
     deadline = time.monotonic() + 30
-    while control_plane.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status != 200:
+    while (
+        control_plane.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status
+        != 200
+    ):
         assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30 s"
         time.sleep(0.1)
     yield name
