@@ -9,11 +9,11 @@ print one clear line and exit 2.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import yaml
 
 from aibom_core.objects import Obj
@@ -62,6 +62,7 @@ class Dump:
 
 def parse_documents(text: str | bytes, source: str) -> list[tuple[Any, str]]:
     """Top-level documents of one input, each with its place."""
+    raw = text if isinstance(text, bytes) else None
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -72,8 +73,8 @@ def parse_documents(text: str | bytes, source: str) -> list[tuple[Any, str]]:
         return []
     if stripped[0] in "{[":
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
+            doc = orjson.loads(raw if raw is not None else text)
+        except orjson.JSONDecodeError as exc:
             raise DumpError(
                 f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
             ) from None

@@ -6,10 +6,10 @@ these helpers read the few fields the roll-up needs. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from aibom_core.kinds import GroupKind, group_kind_of, group_of
+from aibom_core.kinds import GroupKind, group_of
 
 Obj = dict[str, Any]
 
@@ -23,10 +23,11 @@ class ObjRef:
     namespace: str
     name: str
     uid: str
+    # Derived, cached: the walk and the graph ask for it on every hop.
+    group_kind: GroupKind = field(init=False, repr=False, compare=False)
 
-    @property
-    def group_kind(self) -> GroupKind:
-        return GroupKind(self.group, self.kind)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_kind", GroupKind(self.group, self.kind))
 
     @property
     def kind_name(self) -> str:
@@ -65,13 +66,16 @@ def name_of(obj: Obj) -> str:
 
 
 def ref_of(obj: Obj, *, namespace: str | None = None) -> ObjRef:
-    meta = metadata(obj)
-    gk = group_kind_of(obj)
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    api_version = obj.get("apiVersion")
+    group = api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
     return ObjRef(
-        group=gk.group,
-        kind=gk.kind,
+        group=group,
+        kind=str(obj.get("kind", "")),
         namespace=str(meta.get("namespace") or namespace or ""),
-        name=name_of(obj),
+        name=str(meta.get("name") or meta.get("generateName") or ""),
         uid=str(meta.get("uid") or ""),
     )
 

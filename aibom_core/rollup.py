@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aibom_core.graph import OwnershipGraph
+from aibom_core.graph import POD, OwnershipGraph, key_of
 from aibom_core.objects import Obj, ObjRef
 from aibom_core.walk import HopFailure, Rollup
 
@@ -63,20 +63,54 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
 
 
 def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None) -> list[RootEntry]:
-    """Every root of the graph (optionally of some namespaces), in a stable order."""
+    """Every root of the graph (optionally of some namespaces), in a stable order.
+
+    One pass over all objects (`resolve_all`), with the same members as
+    `root_entry` gives each root (the annotator's incremental path).
+    """
     wanted = set(namespaces) if namespaces is not None else None
-    entries = []
-    for key in list(graph.keys()):
-        ref = graph.ref(key)
-        if ref is None or not graph.registry.is_tracked(ref.group_kind):
-            continue
+    results = graph.resolve_all()
+    roots: dict[str, tuple[str, list[ObjRef], list[ObjRef]]] = {}  # root uid -> key, owned, pods
+    for key, result in results.items():
+        ref = result.subject
         if wanted is not None and ref.namespace not in wanted:
             continue
-        entry = root_entry(graph, key)
-        if entry is not None:
-            entries.append(entry)
+        if graph.registry.is_tracked(ref.group_kind) and result.status in _ROOTISH:
+            roots.setdefault(ref.uid or key, (key, [], []))
+    for result in results.values():
+        ref = result.subject
+        if result.status is not Rollup.ROLLED_UP or result.root is None:
+            continue
+        bucket = roots.get(result.root.uid)
+        if bucket is None:
+            continue
+        if ref.group_kind == POD:
+            bucket[2].append(ref)
+        elif graph.registry.is_tracked(ref.group_kind):
+            bucket[1].append(ref)
+    entries = []
+    for key, owned, pods in roots.values():
+        result = results[key]
+        entries.append(
+            RootEntry(
+                ref=result.subject,
+                obj=graph.get(key) or {},
+                status=result.status,
+                failure=result.failure,
+                owned=_objs(graph, owned),
+                pods=_objs(graph, pods),
+            )
+        )
     entries.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
     return entries
+
+
+_ROOTISH = (Rollup.ROOT, Rollup.UNRESOLVED)
+
+
+def _objs(graph: OwnershipGraph, refs: list[ObjRef]) -> tuple[Obj, ...]:
+    refs.sort(key=lambda r: (r.kind, r.name, r.group, r.uid))
+    return tuple(graph.get(key_of(r)) or {} for r in refs)
 
 
 def configmap_name(kind: str, name: str) -> str:

@@ -146,12 +146,12 @@ def walk(
             topmost = fetched_ref
             nearest = nearest or fetched_ref
         current, current_ref = got.obj, fetched_ref
-    return _conclude(
+    return conclude(
         subject, registry=registry, chain=chain, nearest=nearest, topmost=topmost, failure=failure
     )
 
 
-def _conclude(
+def conclude(
     subject: ObjRef,
     *,
     registry: KindRegistry,
@@ -160,6 +160,11 @@ def _conclude(
     topmost: ObjRef | None,
     failure: HopFailure | None,
 ) -> WalkResult:
+    """The result of a walk from `subject` that went through `chain` and stopped.
+
+    `topmost` is the topmost tracked object of the chain; `failure` the hop
+    that stopped the walk, if one did.
+    """
     tracked_self = registry.is_tracked(subject.group_kind)
     root: ObjRef | None
     if topmost is not None:

@@ -14,6 +14,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -23,8 +24,6 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
-
-from aibom_core.bom import RootView, build_document
 
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
@@ -138,6 +137,11 @@ def _input_files(path: str) -> Iterator[tuple[bytes, str]]:
 
 
 def read_dump(paths: Sequence[str]) -> Dump:
+    # A short-lived batch over acyclic JSON trees: the cyclic garbage collector
+    # would only rescan the growing heap again and again (a third of the time
+    # of a 100,000-object scan). Reference counting still frees everything.
+    gc.disable()
+
     def inputs() -> Iterator[tuple[bytes, str]]:
         for path in paths or ["-"]:
             yield from _input_files(path)
@@ -193,6 +197,9 @@ def _summary(entry: RootEntry, doc: Any) -> dict[str, Any]:
 
 
 def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
+    # cyclonedx-python-lib costs ~0.3 s to import: only the commands that render pay it.
+    from aibom_core.bom import RootView, build_document
+
     dump = read_dump(args.inputs)
     graph = _graph(args, dump)
     registry = graph.registry
@@ -251,7 +258,7 @@ def _record(graph: OwnershipGraph, key: str, keys: Keys) -> dict[str, Any]:
 def _forest(graph: OwnershipGraph) -> Iterator[tuple[str, list[tuple[int, str]]]]:
     """Per namespace, (depth, key) in display order; every object exactly once."""
     by_ns: dict[str, list[str]] = {}
-    for key in graph.keys():  # noqa: SIM118 (not a dict)
+    for key in graph:
         ref = graph.ref(key)
         assert ref is not None
         by_ns.setdefault(ref.namespace, []).append(key)

@@ -285,3 +285,33 @@ def test_configmap_name_is_shortened_with_a_hash() -> None:
     b = configmap_name("DynamoGraphDeployment", "x" * 249 + "y")
     assert len(a) <= MAX_NAME and len(b) <= MAX_NAME and a != b
     assert a.startswith("aibom-dynamographdeployment-xxx")
+
+
+def _all_case_graphs() -> list[tuple[list[Obj], dict[GroupKind, Reason] | None, int]]:
+    from tests.unit.test_walk import CASES as WALK_CASES
+
+    graphs = [(c.objs, c.unavailable, 6) for c in CASES]
+    graphs += [(c.objs, c.unavailable, 6) for c in WALK_CASES]
+    graphs += [(c.objs, c.unavailable, depth) for c in WALK_CASES for depth in (1, 2, 3, 5)]
+    return graphs
+
+
+@pytest.mark.parametrize("index", range(len(_all_case_graphs())))
+def test_resolve_all_equals_resolving_each_object(index: int) -> None:
+    objs, unavailable, depth = _all_case_graphs()[index]
+    graph = build_graph(objs, REG, unavailable=unavailable, max_depth=depth)
+    fast = graph.resolve_all()
+    assert set(fast) == set(graph.keys())
+    for key, result in fast.items():
+        assert result == graph.resolve(graph.get(key) or {}), key
+
+
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_inventory_equals_incremental_root_entries(index: int) -> None:
+    from aibom_core.rollup import root_entry
+
+    case = CASES[index]
+    graph = build_graph(case.objs, REG, unavailable=case.unavailable)
+    incremental = [e for k in graph if (e := root_entry(graph, k)) is not None]
+    incremental.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
+    assert inventory(graph) == incremental
