@@ -1,0 +1,93 @@
+"""Benchmark of the offline scan: wall time and peak memory on a synthetic dump.
+
+    .venv/bin/python bench/scan_bench.py                 # 100,000 objects, 2,000 roots, 3 runs
+    .venv/bin/python bench/scan_bench.py --objects 20000 --roots 400 --runs 5
+
+Generates the dump with bench/gen_dump.py (every ownership shape, pods with
+digests), then runs `aibom-rollup scan` as a separate process, once printing
+the summary and once writing every document (`-o DIR`), and reports the
+median wall time and the peak RSS of each mode. Goal (issue #2): <= 5 s and
+<= 1 GB for 100,000 objects on this 2-core machine. Not a test: numbers go
+to BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {err}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--objects", type=int, default=100_000)
+    ap.add_argument("--roots", type=int, default=2_000)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="aibom-bench-") as tmp:
+        dump = Path(tmp) / "dump.json"
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "gen_dump.py"),
+                "--objects",
+                str(args.objects),
+                "--roots",
+                str(args.roots),
+                "-o",
+                str(dump),
+            ],
+            check=True,
+        )
+        size = dump.stat().st_size / 2**20
+        cli = [sys.executable, "-m", "aibom_rollup"]
+        modes = {
+            "scan (summary)": [*cli, "scan", str(dump)],
+            "scan -o DIR (all documents)": [*cli, "scan", str(dump), "-o", str(Path(tmp) / "out")],
+            "tree -o json": [*cli, "tree", str(dump), "-o", "json"],
+        }
+        print(
+            f"dump: {dump.name} {size:.0f} MiB, ~{args.objects} objects, {args.roots} roots; "
+            f"{args.runs} runs each, medians",
+            flush=True,
+        )
+        for name, cmd in modes.items():
+            walls, rss = [], []
+            for _ in range(args.runs):
+                w, r = run(cmd)
+                walls.append(w)
+                rss.append(r)
+            print(
+                f"{name:30s} wall {statistics.median(walls):6.2f} s  "
+                f"(min {min(walls):.2f}, max {max(walls):.2f})  "
+                f"peak RSS {statistics.median(rss):6.0f} MiB",
+                flush=True,
+            )
+        docs = list((Path(tmp) / "out").rglob("*.json"))
+        print(f"documents written: {len(docs)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The offline CLI: exit codes, one-line errors, `tree` records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aibom_rollup.cli import main
+from tests.unit.kobj import Obj, chain, mk
+
+
+def _write(path: Path, objs: list[Obj]) -> Path:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    return path
+
+
+def _objs() -> list[Obj]:
+    dgd, dcd, dep, rs, pod = chain(
+        "DynamoGraphDeployment/g",
+        "DynamoComponentDeployment/g-w",
+        "Deployment/g-w",
+        "ReplicaSet/g-w-1",
+        "Pod/g-w-1-a",
+    )
+    orphan = mk("ReplicaSet", "lost", mk("Deployment", "gone"))
+    return [dgd, dcd, dep, rs, pod, mk("Pod", "debug"), orphan]
+
+
+def test_tree_json_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = _write(tmp_path / "d.json", _objs())
+    assert main(["tree", str(dump), "-o", "json"]) == 0
+    records = {(r["kind"], r["name"]): r for r in json.loads(capsys.readouterr().out)}
+    assert len(records) == 7
+    pod = records[("Pod", "g-w-1-a")]
+    dgd_uid = records[("DynamoGraphDeployment", "g")]["uid"]
+    assert (pod["root"], pod["root-uid"], pod["rollup"], pod["rollup-reason"]) == (
+        "DynamoGraphDeployment/g",
+        dgd_uid,
+        "rolled-up",
+        None,
+    )
+    assert pod["annotations"] == {
+        "aibom.dev/root": "DynamoGraphDeployment/g",
+        "aibom.dev/root-uid": dgd_uid,
+        "aibom.dev/rollup": "rolled-up",
+    }
+    assert records[("Pod", "debug")]["rollup"] == "uncovered"
+    lost = records[("ReplicaSet", "lost")]
+    assert (lost["rollup"], lost["rollup-reason"]) == (
+        "unresolved",
+        "NotFound apps/Deployment/gone",
+    )
+    assert set(pod) >= {"namespace", "kind", "name", "uid"}
+
+
+def test_tree_text_nests_children_under_owners(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = _write(tmp_path / "d.json", _objs())
+    assert main(["tree", str(dump)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "namespace ns"
+    dgd = next(i for i, line in enumerate(lines) if "DynamoGraphDeployment/g " in line)
+    assert lines[dgd].strip() == "DynamoGraphDeployment/g  [root]"
+    assert lines[dgd + 4].strip() == "Pod/g-w-1-a  [rolled-up] -> DynamoGraphDeployment/g"
+    assert lines[dgd + 4].startswith(" " * 10)
+    assert any("(NotFound apps/Deployment/gone)" in line for line in lines)
+
+
+def test_tree_prints_cycles_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = mk("Pod", "a", uid="ua")
+    b = mk("ReplicaSet", "b", a, uid="ub")
+    a = mk("Pod", "a", b, uid="ua")
+    assert main(["tree", str(_write(tmp_path / "c.json", [a, b])), "-o", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert sorted(r["name"] for r in records) == ["a", "b"]
+    assert {r["rollup-reason"].split()[0] for r in records} == {"Cycle"}
+
+
+def test_directory_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objs = _objs()
+    _write(tmp_path / "a.json", objs[:3])
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path / "sub" / "b.json", objs[3:])
+    (tmp_path / "notes.txt").write_text("ignored")
+    assert main(["tree", str(tmp_path), "-o", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 7
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON at line 1"),
+        ('{"kind": "Pod", "apiVersion": "v1"}', "Pod has no `metadata`"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert main(["tree", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"aibom-rollup: error: {bad}")
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tree", "/nonexistent/dump.json"]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tree", str(tmp_path)]) == 2
+    assert "no .json, .yaml or .yml files" in capsys.readouterr().err
+
+
+def test_bad_kinds_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text("tracked:\n  - {group: apps/v1, kind: Deployment}\n")
+    dump = _write(tmp_path / "d.json", _objs())
+    assert main(["tree", str(dump), "--kinds", str(kinds)]) == 2
+    assert "looks like an apiVersion" in capsys.readouterr().err
+
+
+def test_user_kinds_are_tracked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text("tracked:\n  - {group: example.com, kind: Widget}\n")
+    widget, dep = chain("Widget/w", "Deployment/d")
+    dump = _write(tmp_path / "d.json", [widget, dep])
+    assert main(["tree", str(dump), "--kinds", str(kinds), "-o", "json"]) == 0
+    records = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (records["d"]["rollup"], records["d"]["root"]) == ("rolled-up", "Widget/w")
+    assert main(["kinds", "--kinds", str(kinds)]) == 0
+    assert "{group: 'example.com', kind: Widget}" in capsys.readouterr().out
+
+
+def test_max_depth_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = _write(tmp_path / "d.json", _objs())
+    assert main(["tree", str(dump), "--max-depth", "0"]) == 2
+    assert "--max-depth must be between 1 and 64" in capsys.readouterr().err
+
+
+def test_kinds_prints_the_builtin_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kinds"]) == 0
+    out = capsys.readouterr().out
+    assert "{group: nvidia.com, kind: DynamoGraphDeployment}" in out
+    assert "{group: grove.io, kind: PodClique}" in out
+
+
+def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("scan", "tree", "kinds", "webhook", "annotator", "certs"):
+        assert word in out
