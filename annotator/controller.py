@@ -39,6 +39,7 @@ from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
+from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.plan import DocRef, Outcome, RootPlan, plan_root, plan_stamp, plan_sweep
 from annotator.slim import slimmer
@@ -112,6 +113,7 @@ class Controller:
         self.synced = asyncio.Event()
         self._logged: set[tuple[str, ...]] = set()
         self._events_sent: set[tuple[str, str]] = set()
+        self.ledger = RepairLedger()
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
@@ -351,8 +353,8 @@ class Controller:
 
     async def _supervisor(self) -> None:
         while True:
-            await self.supervise_once()
             await asyncio.sleep(self.settings.rediscovery_interval)
+            await self.supervise_once()
 
     async def _housekeeping(self) -> None:
         while True:
@@ -613,6 +615,7 @@ class Controller:
             namespaces=self._stamp_scope(),
         )
         if plan is None:
+            self.ledger.forget(key)
             return "gone"
         if plan.skipped:
             self.metrics.stamp_skips.labels(plan.skipped).inc()
@@ -622,8 +625,20 @@ class Controller:
         resource = self.kube.discovery.cached(plan.ref.group_kind)
         if resource is None:
             return "gone"
+        if self.ledger.contested(key):
+            self.metrics.stamp_skips.labels("contested").inc()
+            self._once(
+                ("stamp-contested", plan.ref.group, plan.ref.kind),
+                "another writer keeps undoing stamp repairs of this kind (without the webhook, "
+                "the Deployment controller copies a Deployment's annotations onto its "
+                "ReplicaSets); leaving such objects alone for a while",
+                kind=f"{plan.ref.group or 'core'}/{plan.ref.kind}",
+                example=f"{plan.ref.namespace}/{plan.ref.name}",
+            )
+            return "contested"
         outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
         if outcome == "patched":
+            self.ledger.record(key)
             self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
             log.info(
                 "stamp repaired",

@@ -24,10 +24,10 @@ from typing import Any
 
 from aibom_core.bom import RootView, facts_of, input_hash
 
-from aibom_core.kinds import GroupKind
-from aibom_core.objects import Obj, ObjRef, metadata, ref_of
+from aibom_core.kinds import GroupKind, group_kind_of
+from aibom_core.objects import Obj, ObjRef, annotations_of, metadata, ref_of
 from aibom_core.rollup import configmap_name, root_entry
-from aibom_core.stamp import Keys, stamp_merge_patch, stamp_of
+from aibom_core.stamp import Keys, Stamp, stamp_merge_patch, stamp_of
 from aibom_core.walk import HopFailure, Reason, Rollup
 from annotator.cache import ClusterState
 from annotator.configmap import is_current
@@ -186,6 +186,39 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 
 
+DEPLOYMENT = GroupKind("apps", "Deployment")
+REPLICA_SET = GroupKind("apps", "ReplicaSet")
+
+
+def _mirrored(state: ClusterState, key: str, stamp: Stamp, *, keys: Keys) -> Stamp:
+    """A ReplicaSet keeps the stamp keys its Deployment carries (the webhook's rule).
+
+    The deployment controller copies a Deployment's annotations onto its
+    ReplicaSets on every sync; a ReplicaSet stamped differently from its
+    Deployment (`rollup: rolled-up` under a `root` Deployment) is copied back
+    at once, an endless loop. The webhook therefore lets such a ReplicaSet
+    mirror its Deployment (webhook.admission.mirrored); the annotator must
+    judge by the same rule or the two would fight. `root` and `root-uid` are
+    the same either way; only `rollup` (and a reason) differ.
+    """
+    ref = state.graph.ref(key)
+    if ref is None or ref.group_kind != REPLICA_SET:
+        return stamp
+    parent = state.graph.parent_of(key)
+    owner = state.graph.get(parent) if parent else None
+    if owner is None or group_kind_of(owner) != DEPLOYMENT:
+        return stamp
+    ann = annotations_of(owner)
+    if not any(k in ann for k in keys.all()):
+        return stamp
+    return Stamp(
+        root=ann.get(keys.root, stamp.root),
+        root_uid=ann.get(keys.root_uid, stamp.root_uid),
+        rollup=ann.get(keys.rollup, stamp.rollup),
+        reason=ann.get(keys.reason, stamp.reason),
+    )
+
+
 # Hop failures our cache cannot tell from a live GET's answer: we do not see
 # the kind (RBAC, CRD), so the webhook may know better; never "repair" those.
 _UNKNOWABLE = frozenset({Reason.FORBIDDEN, Reason.NO_MATCH, Reason.TIMEOUT})
@@ -231,7 +264,8 @@ def plan_stamp(
         failure.reason in _UNKNOWABLE or not watched(GroupKind(failure.group, failure.kind))
     ):
         return StampPlan(key=key, ref=ref, patch=None, skipped="unknowable")
-    patch = stamp_merge_patch(obj, stamp_of(result), keys=keys)
+    stamp = _mirrored(state, key, stamp_of(result), keys=keys)
+    patch = stamp_merge_patch(obj, stamp, keys=keys)
     if patch is None:
         return StampPlan(key=key, ref=ref, patch=None)
     meta = metadata(obj)

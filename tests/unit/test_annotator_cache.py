@@ -63,7 +63,7 @@ def bump(obj: Obj, **status: object) -> Obj:
 
 
 def test_pod_digest_change_dirties_only_the_root() -> None:
-    dgd, dcd, dep, rs, p0, _ = objs = graph_objects()
+    dgd, _dcd, _dep, _rs, p0, _ = objs = graph_objects()
     st = state_with(*objs)
     new = bump(p0, containerStatuses=[{"name": "main", "imageID": "x@sha256:" + "a" * 64}])
     d = st.upsert(group_kind_of(new), new)
@@ -81,14 +81,14 @@ def test_same_resource_version_is_a_no_op() -> None:
 
 
 def test_rolled_up_workload_update_dirties_its_root_not_itself() -> None:
-    dgd, dcd, dep, *_ = objs = graph_objects()
+    dgd, _dcd, dep, *_ = objs = graph_objects()
     st = state_with(*objs)
     d = st.upsert(group_kind_of(dep), bump(dep))
     assert d.roots == {rk(dgd)}
 
 
 def test_pod_create_and_delete_reach_the_root() -> None:
-    dgd, dcd, dep, rs, *_ = objs = graph_objects()
+    dgd, _dcd, _dep, rs, *_ = objs = graph_objects()
     st = state_with(*objs)
     pod = mk("Pod", "g-w-1-new", rs)
     assert st.upsert(group_kind_of(pod), pod).roots == {rk(dgd)}
@@ -153,7 +153,7 @@ def cm(name: str, root: Obj, *, rv: str = "1") -> Obj:
 
 
 def test_configmap_events_map_to_the_covering_root() -> None:
-    dgd, dcd, dep, *_ = objs = graph_objects()
+    dgd, _dcd, dep, *_ = objs = graph_objects()
     st = state_with(*objs)
     # Someone edits the graph's document: its root makes it true again.
     assert st.upsert(CONFIGMAP, cm("aibom-dynamographdeployment-g", dgd)).roots == {rk(dgd)}
@@ -197,7 +197,7 @@ def test_unavailable_kind_asks_for_a_full_resync_once() -> None:
 
 
 def test_roots_and_drop_kind() -> None:
-    dgd, dcd, dep, *_ = objs = graph_objects()
+    dgd, _dcd, dep, *_ = objs = graph_objects()
     lonely = mk("StatefulSet", "s")
     st = state_with(*objs, lonely)
     assert st.roots() == sorted([rk(dgd), rk(lonely)])
