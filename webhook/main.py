@@ -98,25 +98,25 @@ def configure_logging(*, level: str, fmt: str) -> None:
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     tls = p.add_argument_group("serving")
     tls.add_argument("--cert-file", required=True, metavar="PEM", help="serving certificate")
     tls.add_argument("--key-file", required=True, metavar="PEM", help="its private key")
-    tls.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    tls.add_argument("--port", type=int, default=8443, help="HTTPS port")
+    tls.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    tls.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     tls.add_argument(
         "--cert-check-interval",
         type=float,
         default=DEFAULT_CHECK_INTERVAL,
         metavar="SECONDS",
-        help="how often to look for rotated certificate files (served without a restart)",
+        help="how often to look for rotated certificate files, served without a restart "
+        f"(default {DEFAULT_CHECK_INTERVAL:g})",
     )
     tls.add_argument(
         "--shutdown-grace",
         type=float,
         default=20.0,
         metavar="SECONDS",
-        help="on SIGTERM, how long reviews in flight may take to finish",
+        help="on SIGTERM, how long reviews in flight may take to finish (default 20)",
     )
     api = p.add_argument_group("Kubernetes API")
     api.add_argument(
@@ -132,30 +132,37 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_DEADLINE,
         metavar="SECONDS",
         help="the whole owner walk's budget; keep it below the webhook configuration's "
-        "timeoutSeconds (hops still waiting then stamp `unresolved` / Timeout)",
+        "timeoutSeconds (hops still waiting then stamp `unresolved` / Timeout; "
+        f"default {DEFAULT_DEADLINE:g})",
     )
     walk.add_argument(
         "--owner-cache-ttl",
         type=float,
         default=DEFAULT_CACHE_TTL,
         metavar="SECONDS",
-        help="how long a fetched owner may answer later walks (keyed by UID; 0 disables)",
+        help="how long a fetched owner may answer later walks (keyed by UID; 0 disables; "
+        f"default {DEFAULT_CACHE_TTL:g})",
     )
     walk.add_argument(
         "--owner-cache-size",
         type=int,
         default=DEFAULT_CACHE_SIZE,
         metavar="N",
-        help="owners kept at most (least recently used go first)",
+        help=f"owners kept at most, least recently used go first (default {DEFAULT_CACHE_SIZE})",
     )
     add_core_options(p)
     logs = p.add_argument_group("logging")
-    logs.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    logs.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="default info: one line per unresolved (kind, reason), debug: one per review",
+    )
     logs.add_argument(
         "--log-format",
         default="json",
         choices=["json", "logfmt"],
-        help="JSON lines, or key=value (logfmt)",
+        help="JSON lines (default), or key=value (logfmt)",
     )
 
 

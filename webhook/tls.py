@@ -49,13 +49,14 @@ def _stat(path: str) -> _Stat | None:
 
 def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     """A TLS 1.2+ server context for one cert/key pair. Sync (reads two small files)."""
+    for path, what in ((cert_file, "certificate"), (key_file, "key")):
+        if not os.path.isfile(path):
+            raise CertError(f"serving {what} {path}: no such file")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_alpn_protocols(["http/1.1"])
     try:
         ctx.load_cert_chain(cert_file, key_file)
-    except FileNotFoundError as exc:
-        raise CertError(f"{exc.filename}: no such file") from None
     except ssl.SSLError as exc:
         raise CertError(
             f"cannot load the serving certificate {cert_file} with key {key_file}: "

@@ -1,0 +1,409 @@
+"""Benchmark of the admission webhook (not a test): latency, throughput, API GETs per admission.
+
+Starts the real control plane (tests/controlplane), runs `aibom-rollup webhook`
+as a subprocess pinned to ONE core (taskset -c 0; the load generator and the
+control plane share the other), and drives AdmissionReviews:
+
+  (a) straight at the webhook over TLS (keep-alive connections, prebuilt bodies):
+      - ownerless Deployments, closed loop at full speed (throughput on one core);
+      - ownerless, open loop at a fixed rate (latency);
+      - Pods at chain depth 4 (Pod -> ReplicaSet -> Deployment ->
+        DynamoComponentDeployment -> DynamoGraphDeployment, real objects in the
+        real API server) at 200 admissions/s, with the owner cache on (default
+        TTL) and off (--owner-cache-ttl 0: 4 live GETs per admission);
+  (b) through the real API server: server-side dry-run creates of the same
+      Pods (POST ...?dryRun=All), with and without the webhook registered.
+
+Latency is measured by the client (request written -> response read), so it
+includes TLS and HTTP on both sides. API GETs per admission come from the
+webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
+
+    .venv/bin/python bench/webhook_bench.py [--runs 3] [--seconds 5] [--json out.json]
+
+The machine has 2 cores shared with whatever else runs: every figure is the
+median of --runs runs, printed with the spread (min-max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from tests.integration.test_webhook import (  # noqa: E402
+    Webhook,
+    apply,
+    dcd,
+    deployment,
+    dgd,
+    grant,
+    shipped_role,
+)
+
+JSON = {"Content-Type": "application/json"}
+
+
+def review_body(obj: dict[str, Any], ns: str) -> bytes:
+    kind = obj["kind"]
+    group, _, version = obj["apiVersion"].rpartition("/")
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": group, "version": version, "kind": kind},
+                "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+                "requestKind": {"group": group, "version": version, "kind": kind},
+                "operation": "CREATE",
+                "namespace": ns,
+                "name": obj["metadata"].get("name", ""),
+                "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+                "object": obj,
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+    ).encode()
+
+
+def pod(ns: str, name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {"app": "bench"}}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.0",
+                    "args": ["--model", "Qwen/Qwen3-0.6B"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ]
+        },
+    }
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+async def drive(
+    post: Callable[[aiohttp.ClientSession, bytes], Any],
+    bodies: list[bytes],
+    *,
+    ssl_ctx: ssl.SSLContext,
+    seconds: float,
+    rate: float | None,
+    concurrency: int,
+) -> dict[str, float]:
+    """Closed loop (rate None: `concurrency` workers back to back) or open loop at `rate`/s."""
+    lat: list[float] = []
+    errors = 0
+    conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=concurrency * 2)
+    async with aiohttp.ClientSession(connector=conn) as http:
+        # Warm the connections and the server.
+        await asyncio.gather(*(post(http, bodies[i % len(bodies)]) for i in range(concurrency)))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        end = start + seconds
+        n = 0
+
+        async def one(body: bytes) -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            ok = await post(http, body)
+            lat.append(time.perf_counter() - t0)
+            errors += not ok
+
+        if rate is None:
+
+            async def worker(k: int) -> None:
+                i = k
+                while loop.time() < end:
+                    await one(bodies[i % len(bodies)])
+                    i += concurrency
+
+            await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        else:
+            tasks = []
+            while (now := loop.time()) < end:
+                due = start + n / rate
+                if due > now:
+                    await asyncio.sleep(due - now)
+                tasks.append(asyncio.create_task(one(bodies[n % len(bodies)])))
+                n += 1
+            await asyncio.gather(*tasks)
+        elapsed = loop.time() - start
+    return {
+        "n": len(lat),
+        "errors": errors,
+        "rps": len(lat) / elapsed,
+        "p50_ms": pct(lat, 50) * 1000,
+        "p99_ms": pct(lat, 99) * 1000,
+    }
+
+
+def poster(url: str) -> Callable[[aiohttp.ClientSession, bytes], Any]:
+    async def post(http: aiohttp.ClientSession, body: bytes) -> bool:
+        async with http.post(url, data=body, headers=JSON) as resp:
+            await resp.read()
+            return resp.status in (200, 201)
+
+    return post
+
+
+def counter(hook: Webhook, name: str, labels: dict[str, str]) -> float:
+    return hook.metric(name, labels)
+
+
+def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("rps", "p50_ms", "p99_ms", "gets_per_admission"):
+        vals = [r[key] for r in runs if key in r]
+        if vals:
+            out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+    out["errors"] = sum(r["errors"] for r in runs)
+    out["n"] = sum(r["n"] for r in runs)
+    return out
+
+
+def show(name: str, s: dict[str, Any]) -> str:
+    def f(k: str, unit: str, fmt: str = "{:.2f}") -> str:
+        if k not in s:
+            return ""
+        m = s[k]
+        label = k.split("_", maxsplit=1)[0]
+        lo, mid, hi = (fmt.format(m[x]) for x in ("min", "median", "max"))
+        return f" {label}={mid}{unit} [{lo}-{hi}]"
+
+    return (
+        f"{name:<48}{f('rps', '/s', '{:.0f}')}{f('p50_ms', 'ms')}{f('p99_ms', 'ms')}"
+        f"{f('gets_per_admission', ' GETs', '{:.2f}')} n={s['n']} errors={s['errors']}"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--concurrency", type=int, default=8, help="closed-loop connections")
+    ap.add_argument("--json", metavar="FILE", help="write the results here too")
+    args = ap.parse_args()
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") and os.cpu_count() else []
+    results: dict[str, Any] = {}
+    with ControlPlane() as cp:
+        cp.install_crds()
+        kubectl = cp.kubectl
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        kubectl("create", "namespace", ns)
+        kubectl("label", "namespace", ns, "aibom.dev/enabled=true")
+        graph = apply(kubectl, dgd(ns, "graph"))
+        comp = apply(kubectl, dcd(ns, "graph-worker", graph))
+        apply(kubectl, deployment(ns, "graph-worker", comp, replicas=0))
+        deadline = time.monotonic() + 30
+        while not (rs := json.loads(kubectl("get", "-n", ns, "rs", "-o", "json").stdout)["items"]):
+            if time.monotonic() > deadline:
+                raise SystemExit("no ReplicaSet made by the controller")
+            time.sleep(0.2)
+        replicaset = {**rs[0], "apiVersion": "apps/v1", "kind": "ReplicaSet"}
+        ownerless = [review_body(deployment(ns, f"plain-{i}"), ns) for i in range(64)]
+        depth4 = [review_body(pod(ns, f"worker-{i}", replicaset), ns) for i in range(64)]
+        kubeconfig = grant(cp, kubectl, "aibom-webhook-bench", shipped_role())
+        workdir = Path(tempfile.mkdtemp(prefix="aibom-bench-"))
+
+        for cache_ttl in ("5", "0"):
+            hook = Webhook(
+                cp,
+                workdir,
+                name=f"bench-ttl{cache_ttl}",
+                kubeconfig=kubeconfig,
+                args=("--owner-cache-ttl", cache_ttl),
+            )
+            # Pinned to one core, at WARNING (no per-review log line).
+            hook_args = hook.args
+            proc = subprocess.Popen(
+                [
+                    *pin,
+                    sys.executable,
+                    "-m",
+                    "aibom_rollup",
+                    "webhook",
+                    "--cert-file",
+                    str(hook.dir / "tls.crt"),
+                    "--key-file",
+                    str(hook.dir / "tls.key"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(hook.port),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--log-level",
+                    "warning",
+                    *hook_args,
+                ],
+                cwd=REPO,
+                env=child_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
+            )
+            hook.proc = proc
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if hook.request("GET", "/readyz")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
+                time.sleep(0.2)
+            url = f"https://127.0.0.1:{hook.port}/mutate"
+            ctx = hook.ssl_context()
+            scenarios: list[tuple[str, list[bytes], float | None, int]] = []
+            if cache_ttl == "5":
+                scenarios += [
+                    (
+                        "direct ownerless, closed loop (throughput)",
+                        ownerless,
+                        None,
+                        args.concurrency,
+                    ),
+                    ("direct ownerless @ 500/s", ownerless, 500.0, 32),
+                    ("direct depth-4 Pod @ 200/s, owner cache on", depth4, 200.0, 32),
+                    ("direct depth-4 Pod, closed loop, cache on", depth4, None, args.concurrency),
+                ]
+            else:
+                scenarios += [
+                    ("direct depth-4 Pod @ 200/s, cache off (4 GETs)", depth4, 200.0, 32),
+                ]
+            for name, bodies, rate, conc in scenarios:
+                runs = []
+                for _ in range(args.runs):
+                    gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+                    r = asyncio.run(
+                        drive(
+                            poster(url),
+                            bodies,
+                            ssl_ctx=ctx,
+                            seconds=args.seconds,
+                            rate=rate,
+                            concurrency=conc,
+                        )
+                    )
+                    gets1 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+                    r["gets_per_admission"] = (gets1 - gets0) / max(r["n"] + conc, 1)
+                    runs.append(r)
+                results[name] = summarise(runs)
+                print(show(name, results[name]), flush=True)
+
+            if cache_ttl == "5":
+                # (b) through the real API server: dry-run creates, with and without us.
+                api_ctx = cp.ssl_context()
+                base = f"{cp.server}/api/v1/namespaces/{ns}/pods?dryRun=All"
+
+                def api_bodies(owner: dict[str, Any] | None) -> list[bytes]:
+                    return [
+                        json.dumps(pod(ns, f"p-{i}-{uuid.uuid4().hex[:4]}", owner)).encode()
+                        for i in range(64)
+                    ]
+
+                for registered in (True, False):
+                    if registered:
+                        hook.register(kubectl)
+                        probe = json.dumps(pod(ns, "probe", None))
+                        for _ in range(50):
+                            out = kubectl(
+                                "create", "--dry-run=server", "-f", "-", "-o", "json", input=probe
+                            ).stdout
+                            if "aibom.dev/rollup" in out:
+                                break
+                            time.sleep(0.2)
+                        else:
+                            raise SystemExit("the API server never called the webhook")
+                    for label, owner in (("ownerless Pod", None), ("depth-4 Pod", replicaset)):
+                        name = (
+                            f"API server dry-run create, {label}, "
+                            f"{'with webhook' if registered else 'no webhook'}"
+                        )
+                        runs = []
+                        for _ in range(args.runs):
+                            a0 = counter(
+                                hook,
+                                "aibom_webhook_admissions_total",
+                                {
+                                    "kind": "Pod",
+                                    "operation": "CREATE",
+                                    "result": "uncovered" if owner is None else "rolled-up",
+                                },
+                            )
+                            r = asyncio.run(
+                                drive(
+                                    poster(base),
+                                    api_bodies(owner),
+                                    ssl_ctx=api_ctx,
+                                    seconds=args.seconds,
+                                    rate=None,
+                                    concurrency=4,
+                                )
+                            )
+                            a1 = counter(
+                                hook,
+                                "aibom_webhook_admissions_total",
+                                {
+                                    "kind": "Pod",
+                                    "operation": "CREATE",
+                                    "result": "uncovered" if owner is None else "rolled-up",
+                                },
+                            )
+                            r["webhook_calls_per_create"] = (a1 - a0) / max(r["n"] + 4, 1)
+                            runs.append(r)
+                        results[name] = summarise(runs)
+                        print(show(name, results[name]), flush=True)
+                    if registered:
+                        hook.unregister(kubectl)
+                        time.sleep(2)
+            hook.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
