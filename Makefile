@@ -4,11 +4,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint unit integration bench clean
+.PHONY: help venv demo demo-down test lint unit integration bench clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   # set up and run the main job on a local default"
+	@echo "make demo-down  # stop what make demo left running"
 	@echo "make test   # set up and pass the tests (ruff, mypy --strict, import contracts, pytest)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -20,7 +21,10 @@ $(STAMP): pyproject.toml constraints.txt
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m aibom_rollup.demo
+	$(BIN)/python demo/run.py
+
+demo-down: $(STAMP)
+	$(BIN)/python demo/run.py down
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

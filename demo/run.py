@@ -1,0 +1,434 @@
+"""`make demo`: the product working on a local, real control plane.
+
+1. builds (first time, with progress) and starts etcd + kube-apiserver +
+   kube-controller-manager (tests/controlplane), or reuses the running one;
+2. generates certificates and runs the webhook and the annotator as local
+   processes, with the webhook configuration pointed at 127.0.0.1;
+3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
+4. does what the operators would (there is no Dynamo, LWS or NIM operator
+   here): creates their children with controller ownerReferences; Kubernetes'
+   own controllers then create ReplicaSets, Pods and Jobs;
+5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
+   resolve;
+6. prints the stamps as `kubectl get -o yaml` shows them, the roll-up tree
+   (the offline `aibom-rollup tree` over a live `kubectl get -o json`), and
+   the AIBOM ConfigMaps.
+
+The control plane, webhook and annotator keep running; `make demo-down`
+stops everything. A second run reuses them and takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.controlplane import cache_dir, child_env  # noqa: E402
+
+NS = "aibom-demo"
+STATE = cache_dir() / "demo"
+WEBHOOK_PORT = int(os.environ.get("AIBOM_DEMO_WEBHOOK_PORT", "18443"))
+METRICS_PORT = int(os.environ.get("AIBOM_DEMO_METRICS_PORT", "18090"))
+HEALTH_PORT = int(os.environ.get("AIBOM_DEMO_HEALTH_PORT", "18091"))
+PY = sys.executable
+Obj = dict[str, Any]
+
+
+def step(msg: str) -> None:
+    print(f"\n==> {msg}", flush=True)
+
+
+class Cluster:
+    def __init__(self, kubeconfig: str, kubectl: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.kubectl_bin = kubectl
+        self.env = child_env()
+        self.env["KUBECONFIG"] = kubeconfig
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        proc = subprocess.run(
+            [self.kubectl_bin, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise SystemExit(f"kubectl {' '.join(args)} failed:\n{proc.stderr.strip()}")
+        return proc.stdout
+
+    def get(self, kind: str, name: str) -> Obj | None:
+        out = self.kubectl("get", kind, name, "-n", NS, "-o", "json", "--ignore-not-found")
+        return json.loads(out) if out.strip() else None
+
+    def apply(self, obj: Obj) -> None:
+        self.kubectl(
+            "apply", "--server-side", "--field-manager=demo-operator", "--force-conflicts",
+            "-n", NS, "-f", "-", stdin=json.dumps(obj),
+        )  # fmt: skip
+
+
+# -- 1. control plane ---------------------------------------------------------
+
+
+def control_plane() -> Cluster:
+    step("control plane (etcd, kube-apiserver, kube-controller-manager) from tests/controlplane")
+    subprocess.run([PY, "-m", "tests.controlplane", "up"], cwd=REPO, check=True)
+    state = json.loads((cache_dir() / "up" / "state.json").read_text())
+    return Cluster(state["kubeconfig"], state["kubectl"])
+
+
+# -- 2. webhook and annotator --------------------------------------------------
+
+
+def _stop_pidfile(name: str) -> None:
+    pidfile = STATE / f"{name}.pid"
+    try:
+        pid = int(pidfile.read_text())
+    except (OSError, ValueError):
+        return
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pidfile.unlink(missing_ok=True)
+        return
+    for _ in range(100):
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    pidfile.unlink(missing_ok=True)
+
+
+def _start(name: str, args: list[str], cluster: Cluster) -> None:
+    _stop_pidfile(name)  # restart, so the demo always runs this checkout's code
+    log = STATE / f"{name}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [PY, "-m", "aibom_rollup", name, *args],
+            cwd=REPO, env=cluster.env, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    (STATE / f"{name}.pid").write_text(str(proc.pid))
+
+
+def _wait_http(url: str, what: str, timeout: float = 60) -> None:
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit(f"{what} did not become ready at {url}; see {STATE}")
+
+
+def processes(cluster: Cluster) -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    certs = STATE / "certs"
+    step(f"certificates and webhook configuration (aibom-rollup certs) in {certs}")
+    subprocess.run(
+        [PY, "-m", "aibom_rollup", "certs", "--out-dir", str(certs), "--ip", "127.0.0.1",
+         "--url", f"https://127.0.0.1:{WEBHOOK_PORT}/mutate"],
+        cwd=REPO, check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    step(f"webhook on https://127.0.0.1:{WEBHOOK_PORT} (log {STATE / 'webhook.log'})")
+    _start(
+        "webhook",
+        ["--cert-file", str(certs / "tls.crt"), "--key-file", str(certs / "tls.key"),
+         "--host", "127.0.0.1", "--port", str(WEBHOOK_PORT), "--kubeconfig", cluster.kubeconfig],
+        cluster,
+    )  # fmt: skip
+    _wait_http(f"https://127.0.0.1:{WEBHOOK_PORT}/readyz", "the webhook")
+    cluster.kubectl("apply", "-f", str(certs / "mutatingwebhook.yaml"))
+    step(f"annotator (metrics :{METRICS_PORT}, log {STATE / 'annotator.log'})")
+    cluster.kubectl("create", "namespace", "aibom-system", check=False)
+    _start(
+        "annotator",
+        ["--kubeconfig", cluster.kubeconfig, "--lease-namespace", "aibom-system",
+         "--bind-address", "127.0.0.1", "--metrics-port", str(METRICS_PORT),
+         "--health-port", str(HEALTH_PORT), "--log-format", "text"],
+        cluster,
+    )  # fmt: skip
+    _wait_http(f"http://127.0.0.1:{HEALTH_PORT}/readyz", "the annotator")
+
+
+# -- 3-5. examples, operators, kubelet ------------------------------------------
+
+
+def _owner(obj: Obj) -> list[Obj]:
+    return [
+        {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _labelled(template: Obj, labels: dict[str, str]) -> Obj:
+    t: Obj = json.loads(json.dumps(template))
+    t.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
+    return t
+
+
+def _deployment(name: str, owner: Obj, template: Obj, replicas: int) -> Obj:
+    sel = {"app.kubernetes.io/instance": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": sel, "ownerReferences": _owner(owner)},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": sel},
+                 "template": _labelled(template, sel)},
+    }  # fmt: skip
+
+
+def _statefulset(name: str, owner: Obj, template: Obj, replicas: int, start: int = 0) -> Obj:
+    sel = {"app.kubernetes.io/instance": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "ownerReferences": _owner(owner)},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": sel},
+                 "podManagementPolicy": "Parallel", "ordinals": {"start": start},
+                 "template": _labelled(template, sel)},
+    }  # fmt: skip
+
+
+def examples(cluster: Cluster) -> None:
+    step(f"namespace {NS}, opted in with aibom.dev/enabled=true")
+    cluster.kubectl("create", "namespace", NS, check=False)
+    cluster.kubectl("label", "namespace", NS, "aibom.dev/enabled=true", "--overwrite")
+    step("kubectl apply -f examples/ (the objects a user applies)")
+    print(cluster.kubectl("apply", "-n", NS, "-f", str(REPO / "examples")).rstrip())
+
+
+def operators(cluster: Cluster) -> None:
+    step("materialize what the operators would (Dynamo, LWS, NIM) and a CronJob's Job")
+    dgd = cluster.get("dynamographdeployment", "vllm-agg")
+    assert dgd is not None
+    for comp in dgd["spec"]["components"]:
+        name = f"vllm-agg-{comp['name'].lower()}"
+        cluster.apply({
+            "apiVersion": "nvidia.com/v1alpha1",
+            "kind": "DynamoComponentDeployment",
+            "metadata": {"name": name, "ownerReferences": _owner(dgd),
+                         "labels": {"nvidia.com/dynamo-graph-deployment-name": "vllm-agg"}},
+            "spec": {"componentType": comp["type"], "replicas": comp.get("replicas", 1),
+                     "extraPodSpec": {"mainContainer": comp["podTemplate"]["spec"]["containers"][0]}},
+        })  # fmt: skip
+        dcd = cluster.get("dynamocomponentdeployment", name)
+        assert dcd is not None
+        cluster.apply(_deployment(name, dcd, comp["podTemplate"], comp.get("replicas", 1)))
+        print(
+            f"  DynamoGraphDeployment/vllm-agg -> DynamoComponentDeployment/{name} -> Deployment/{name}"
+        )
+
+    lws = cluster.get("leaderworkerset", "vllm")
+    assert lws is not None
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    cluster.apply(_statefulset("vllm", lws, lwt["leaderTemplate"], lws["spec"].get("replicas", 1)))
+    print(
+        "  LeaderWorkerSet/vllm -> StatefulSet/vllm (leader); leader Pods own worker StatefulSets"
+    )
+
+    nim = cluster.get("nimservice", "meta-llama-3-2-1b-instruct")
+    assert nim is not None
+    image = f"{nim['spec']['image']['repository']}:{nim['spec']['image']['tag']}"
+    template = {"spec": {"containers": [{"name": "nim", "image": image}]}}
+    cluster.apply(_deployment(nim["metadata"]["name"], nim, template, 1))
+    print(f"  NIMService/{nim['metadata']['name']} -> Deployment/{nim['metadata']['name']}")
+
+    if cluster.get("job", "nightly-eval-manual") is None:
+        cluster.kubectl(
+            "create", "job", "nightly-eval-manual", "--from=cronjob/nightly-eval", "-n", NS
+        )
+    print(
+        "  CronJob/nightly-eval -> Job/nightly-eval-manual (kubectl create job --from, as the cronjob controller would)"
+    )
+
+
+def _digest(image: str) -> str:
+    return "sha256:" + hashlib.sha256(f"demo/{image}".encode()).hexdigest()
+
+
+def kubelet(cluster: Cluster, timeout: float = 90) -> None:
+    step("act as the kubelet: report Pods running, with the image digests they pulled")
+    lws = cluster.get("leaderworkerset", "vllm")
+    assert lws is not None
+    worker_template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    size = int(lws["spec"]["leaderWorkerTemplate"].get("size", 2))
+    expected = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
+                "meta-llama-3-2-1b-instruct", "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
+    deadline = time.monotonic() + timeout
+    done: set[str] = set()
+    while True:
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if name == "vllm-0":  # a leader Pod owns its group's worker StatefulSet (LWS's shape)
+                # Workers are numbered from 1, as LWS does (StatefulSet ordinals.start).
+                cluster.apply(_statefulset("vllm-0", pod, worker_template, size - 1, start=1))
+            if name in done or pod.get("status", {}).get("phase") == "Running":
+                done.add(name)
+                continue
+            statuses = [
+                {"name": c["name"], "image": c["image"], "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
+                 "ready": True, "restartCount": 0, "started": True,
+                 "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
+                for c in pod["spec"]["containers"]
+            ]  # fmt: skip
+            patch = {"status": {"phase": "Running", "containerStatuses": statuses,
+                                "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+            cluster.kubectl("patch", "pod", name, "-n", NS, "--subresource=status", "--type=merge",
+                            "-p", json.dumps(patch))  # fmt: skip
+            done.add(name)
+        prefixes = {p["metadata"]["name"].rsplit("-", 2)[0] for p in pods} | {
+            p["metadata"]["name"] for p in pods
+        }
+        missing = {e for e in expected if not any(n.startswith(e) for n in prefixes)}
+        if not missing and all(p["metadata"]["name"] in done for p in pods):
+            print(f"  {len(pods)} Pods running with digests")
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"Pods did not appear in time: {sorted(missing)}")
+        time.sleep(1)
+
+
+# -- 6. show -----------------------------------------------------------------------
+
+
+EXPECTED_DOCS = {
+    "aibom-dynamographdeployment-vllm-agg",
+    "aibom-leaderworkerset-vllm",
+    "aibom-nimservice-meta-llama-3-2-1b-instruct",
+    "aibom-cronjob-nightly-eval",
+    "aibom-deployment-web",
+}
+
+
+def show(cluster: Cluster, timeout: float = 60) -> None:
+    step("the stamps, as `kubectl get -o yaml` shows them (metadata.annotations)")
+    for kind, name in [
+        ("dynamographdeployment", "vllm-agg"),
+        ("deployment", "vllm-agg-vllmdecodeworker"),
+    ]:
+        obj = cluster.get(kind, name)
+        assert obj is not None
+        ann = {
+            k: v
+            for k, v in obj["metadata"].get("annotations", {}).items()
+            if k.startswith("aibom.dev/")
+        }
+        print(f"--- {obj['kind']}/{name}\n  annotations:")
+        for k, v in sorted(ann.items()):
+            print(f"    {k}: {v}")
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
+    print("--- every Pod (root / rollup):")
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        a = p["metadata"].get("annotations", {})
+        print(
+            f"  {p['metadata']['name']:45s} {a.get('aibom.dev/root', '-'):50s} {a.get('aibom.dev/rollup', '-')}"
+        )
+
+    step("the roll-up tree: kubectl get ... -o json | aibom-rollup tree (the offline mode)")
+    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice"
+    dump = cluster.kubectl("get", kinds, "-n", NS, "-o", "json")
+    (STATE / "dump.json").write_text(dump)
+    print(subprocess.run([PY, "-m", "aibom_rollup", "tree", "-"], input=dump, capture_output=True,
+                         text=True, cwd=REPO, check=True).stdout.rstrip())  # fmt: skip
+
+    step("the AIBOM ConfigMaps written by the annotator (one per root)")
+    deadline = time.monotonic() + timeout
+    while True:
+        cms = json.loads(cluster.kubectl(
+            "get", "configmaps", "-n", NS, "-l", "app.kubernetes.io/managed-by=aibom-rollup", "-o", "json"
+        ))["items"]  # fmt: skip
+        names = {c["metadata"]["name"] for c in cms}
+        docs = {
+            c["metadata"]["name"]: json.loads(c.get("data", {}).get("aibom.json", "{}"))
+            for c in cms
+        }
+        graph_doc = docs.get("aibom-dynamographdeployment-vllm-agg", {})
+        digests_in = json.dumps(graph_doc).count("sha256")
+        if names >= EXPECTED_DOCS and digests_in:
+            break
+        if time.monotonic() > deadline:
+            print(
+                f"  (still waiting for {sorted(EXPECTED_DOCS - names)}; see {STATE / 'annotator.log'})"
+            )
+            break
+        time.sleep(1)
+    print(
+        cluster.kubectl(
+            "get", "configmaps", "-n", NS, "-l", "app.kubernetes.io/managed-by=aibom-rollup"
+        ).rstrip()
+    )
+    doc = docs.get("aibom-dynamographdeployment-vllm-agg")
+    if doc:
+        props = [
+            p
+            for p in doc.get("metadata", {}).get("component", {}).get("properties", [])
+            if "rollup" in p["name"]
+        ]
+        print("--- aibom-dynamographdeployment-vllm-agg: what the graph absorbed")
+        for p in props:
+            print(f"  {p['name']} = {p['value']}")
+        print("--- its components (type, name, version / digest)")
+        for c in doc.get("components", []):
+            hashes = ",".join(h["content"][:12] for h in c.get("hashes", []))
+            print(f"  {c['type']:24s} {c['name']:45s} {c.get('version', '')} {hashes}")
+        (STATE / "aibom-dynamographdeployment-vllm-agg.json").write_text(json.dumps(doc, indent=2))
+        print(f"  (full document: {STATE / 'aibom-dynamographdeployment-vllm-agg.json'})")
+    children = sorted(names - EXPECTED_DOCS)
+    print(f"--- documents of rolled-up children: {children or 'none (each child is on its root)'}")
+
+
+def main() -> int:
+    t0 = time.monotonic()
+    cluster = control_plane()
+    processes(cluster)
+    examples(cluster)
+    operators(cluster)
+    kubelet(cluster)
+    show(cluster)
+    step(f"done in {time.monotonic() - t0:.0f} s; everything keeps running")
+    print(f"  export KUBECONFIG={cluster.kubeconfig}")
+    print(f"  {cluster.kubectl_bin} get configmaps -n {NS}")
+    print(f"  metrics: curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep aibom_")
+    print("  stop everything: make demo-down")
+    return 0
+
+
+def down() -> int:
+    for name in ("annotator", "webhook"):
+        _stop_pidfile(name)
+    subprocess.run([PY, "-m", "tests.controlplane", "down"], cwd=REPO, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(down() if sys.argv[1:] == ["down"] else main())
