@@ -87,7 +87,7 @@ def body(doc: Any) -> bytes:
 
 def apply_patch(obj: Obj, ops: list[dict[str, Any]]) -> Obj:
     """A strict RFC 6902 applier for add/replace/remove (what our patches use)."""
-    doc = json.loads(json.dumps(obj))
+    doc: dict[str, Any] = json.loads(json.dumps(obj))
     for op in ops:
         tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
         parent = doc
