@@ -1,0 +1,741 @@
+"""One root's AIBOM: the facts it is made of, their hash, and the CycloneDX bytes.
+
+`facts_of` reads a root, its tracked descendants and its attributed pods
+(a `RootView`) into `Facts`: every component the document will hold, already
+merged (one image reference is one component, whichever objects and pods
+use it, with every locator kept as evidence) and sorted. `input_hash` hashes
+exactly those facts, so the annotator can skip rendering when nothing the
+document says has changed. `render` writes CycloneDX 1.6 JSON from them.
+
+Determinism: nothing here reads the clock or draws randomness. The timestamp
+is the root's `creationTimestamp` (the epoch if absent), the serial number a
+uuid5 of the input hash, every bom-ref derived from content, every list
+sorted, and the JSON written with sorted keys.
+
+Why render is not cyclonedx-python-lib's serializer: building and
+serialising a typical document through the library costs milliseconds (its
+reflection-driven serializer dominates; measured in docs/aibom-format.md),
+which alone would exceed the offline scan's budget for 2,000 roots, and it
+orders evidence occurrences by random bom-refs. The document is therefore
+written directly from plain data; the library remains the judge: `validate`
+runs its strict 1.6 JSON validator, and the tests load every document back
+into the library's model. Pure: `validate` reads only the library's bundled
+schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aibom_core.digests import observed_digests
+from aibom_core.evidence import Confidence, Evidence, Source, locator, strongest
+from aibom_core.images import canonical, oci_purl, parse_image
+from aibom_core.kinds import KindRegistry, group_kind_of
+from aibom_core.models import ModelFinding, hf_purl, models_of, origin_of
+from aibom_core.objects import Obj, metadata, name_of
+from aibom_core.runtime import SERVING, RuntimeFinding, runtimes_of
+from aibom_core.scrape import Container, Volume, pod_signature, scrape, subject_of
+
+# Bumped whenever the same facts would render differently: part of the hash,
+# so an upgrade that changes the format re-renders every document.
+FORMAT_VERSION = "1"
+TOOL_NAME = "aibom-rollup"
+SCHEMA_URL = "http://cyclonedx.org/schema/bom-1.6.schema.json"
+EPOCH = "1970-01-01T00:00:00Z"
+# Pods repeat their template: their spec evidence is listed only for facts no
+# other object declares, and pod evidence (digests included) names at most
+# this many pods per fact, so a 5,000-pod DaemonSet still fits a ConfigMap.
+MAX_POD_EVIDENCE = 3
+# A stable namespace for serial numbers (uuid5 of the input hash under it).
+_SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://aibom.dev/aibom-rollup/serial")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
+_NUMERIC_CONFIDENCE = {
+    Confidence.VERIFIED: 1.0,
+    Confidence.DECLARED: 0.8,
+    Confidence.INFERRED: 0.5,
+    Confidence.UNRESOLVED: 0.0,
+}
+_TECHNIQUE = {
+    Source.SPEC: "manifest-analysis",
+    Source.ANNOTATION: "manifest-analysis",
+    Source.POD_STATUS: "dynamic-analysis",
+    Source.STATUS: "dynamic-analysis",
+}
+# Env vars that put a model cache on a path (a volume mounted there holds it).
+_CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE")
+
+P_CONFIDENCE = "aibom.confidence"
+P_EVIDENCE = "aibom.evidence."  # + source
+P_OWNED = "aibom.rollup.owned."  # + index
+P_UNRESOLVED_ROOT = "aibom.rollup.unresolved"
+
+
+# --- the contract ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RootView:
+    root: Obj
+    status: str  # "root" or "unresolved"
+    reason: str | None  # the failing hop when unresolved
+    owned: tuple[Obj, ...]  # tracked descendants, sorted by (kind, name)
+    pods: tuple[Obj, ...]  # pods whose UID-checked chain reaches the root, by (name, uid)
+
+
+@dataclass(frozen=True)
+class Document:
+    json_bytes: bytes
+    input_hash: str
+    images: tuple[str, ...]
+    digests: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One component as it will be written; plain data, hashable, sorted."""
+
+    bom_ref: str
+    type: str  # container | framework | machine-learning-model | data
+    name: str
+    version: str | None
+    purl: str | None
+    sha256: tuple[str, ...]  # hex digests
+    confidence: Confidence
+    evidence: tuple[Evidence, ...]
+    properties: tuple[tuple[str, str], ...]  # besides confidence and evidence
+    depends_on: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RootFacts:
+    bom_ref: str
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    timestamp: str
+    status: str
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Exactly what a document is made of."""
+
+    root: RootFacts
+    owned: tuple[str, ...]  # `<Kind>/<name>`, index i is aibom.rollup.owned.<i>
+    components: tuple[Component, ...]  # sorted by bom-ref
+    root_depends_on: tuple[str, ...]
+    images: tuple[str, ...]
+    digests: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+# --- accumulating facts ------------------------------------------------------------
+
+
+@dataclass
+class _Acc:
+    """Findings of one fact while the objects are read."""
+
+    confidences: list[Confidence] = field(default_factory=list)
+    evidence: set[Evidence] = field(default_factory=set)
+    pod_evidence: list[Evidence] = field(default_factory=list)
+
+    def add(self, confidence: Confidence, ev: Evidence, *, in_pod: bool) -> None:
+        self.confidences.append(confidence)
+        if not in_pod:
+            self.evidence.add(ev)
+        elif len(self.pod_evidence) < MAX_POD_EVIDENCE and ev not in self.pod_evidence:
+            self.pod_evidence.append(ev)
+
+    def final_evidence(self) -> tuple[Evidence, ...]:
+        return tuple(sorted(self.evidence or self.pod_evidence))
+
+
+@dataclass
+class _Image(_Acc):
+    ref: str = ""
+    digests: dict[str, _Acc] = field(default_factory=dict)
+    links: set[str] = field(default_factory=set)
+    serving: set[str] = field(default_factory=set)  # serving runtimes seen on it
+    unresolved: list[tuple[str, Evidence, bool]] = field(default_factory=list)
+
+
+@dataclass
+class _Model(_Acc):
+    model_id: str = ""
+    revision: str | None = None
+    served: set[str] = field(default_factory=set)
+    named_by: set[str] = field(default_factory=set)
+    origins: set[str] = field(default_factory=set)
+    links: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Data(_Acc):
+    kind: str = ""
+    name: str = ""
+    mount_paths: set[str] = field(default_factory=set)
+    profiles: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Runtime(_Acc):
+    runtime: str = ""
+    version: str | None = None
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.images: dict[str, _Image] = {}
+        self.models: dict[tuple[str, str | None], _Model] = {}
+        self.data: dict[tuple[str, str], _Data] = {}
+        self.runtimes: dict[tuple[str, str | None], _Runtime] = {}
+        # What the non-pod objects' containers say, without their pointers.
+        self.declared: dict[tuple[Any, ...], set[tuple[str, str | None]]] = {}
+
+    def image(self, ref: str) -> _Image:
+        img = self.images.get(ref)
+        if img is None:
+            img = self.images[ref] = _Image(ref=ref)
+        return img
+
+    def container(self, c: Container) -> None:
+        if not c.image.strip():
+            return
+        content = _content(c)
+        annotated = {(m.id, m.revision) for m in c.models if m.source is Source.ANNOTATION}
+        if not c.in_pod:
+            self.declared.setdefault(content, set()).update(annotated)
+        elif content in self.declared and annotated <= self.declared[content]:
+            # A pod container saying exactly what its template says adds no
+            # fact, and pod evidence is shown only for facts nothing else
+            # declares: skipping it changes no byte and most of the cost.
+            return
+        img = self.image(canonical(c.image))
+        img.add(Confidence.DECLARED, Evidence(Source.SPEC, locator(c.subject, c.image_pointer)),
+                in_pod=c.in_pod)  # fmt: skip
+        parsed = parse_image(c.image)
+        if parsed is not None and parsed.digest is not None:
+            acc = img.digests.setdefault(parsed.digest, _Acc())
+            ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
+            acc.add(Confidence.DECLARED, ev, in_pod=c.in_pod)
+        for rf in runtimes_of(c):
+            self._runtime(c, img, rf)
+        models: list[_Model] = []
+        unresolved = False
+        for mf in models_of(c):
+            model = self._model(c, img, mf)
+            if model is not None:
+                models.append(model)
+            unresolved = unresolved or mf.id is None
+        # Only the volumes of a container that serves or names a model are
+        # model sources; a web app's PVC is not.
+        if c.volumes and (models or unresolved or _serving_of(c)):
+            self._volumes(c, img, models)
+
+    def _runtime(self, c: Container, img: _Image, rf: RuntimeFinding) -> None:
+        key = (rf.runtime, rf.version)
+        acc = self.runtimes.get(key)
+        if acc is None:
+            acc = self.runtimes[key] = _Runtime(runtime=rf.runtime, version=rf.version)
+        acc.add(rf.confidence, Evidence(rf.source, locator(c.subject, rf.pointer)), in_pod=c.in_pod)
+        img.links.add(_runtime_ref(rf.runtime, rf.version))
+        if rf.runtime in SERVING:
+            img.serving.add(rf.runtime)
+
+    def _model(self, c: Container, img: _Image, mf: ModelFinding) -> _Model | None:
+        ev = Evidence(mf.source, locator(c.subject, mf.pointer))
+        if mf.id is None:
+            img.unresolved.append((mf.reason or "unresolved", ev, c.in_pod))
+            return None
+        key = (mf.id, mf.revision)
+        acc = self.models.get(key)
+        if acc is None:
+            acc = self.models[key] = _Model(model_id=mf.id, revision=mf.revision)
+        acc.add(mf.confidence, ev, in_pod=c.in_pod)
+        acc.served.update(mf.served_names)
+        acc.named_by.add(mf.via)
+        acc.origins.add("nim" if mf.via in ("nim-image", "status.model") else origin_of(mf.id))
+        img.links.add(_model_key_ref(key))
+        return acc
+
+    def _volumes(self, c: Container, img: _Image, models: list[_Model]) -> None:
+        cache_paths = [
+            v.value for v in c.env if v.name in _CACHE_ENV and v.value and v.value.startswith("/")
+        ]
+        for vol in c.volumes:
+            key = (vol.kind, vol.name)
+            acc = self.data.get(key)
+            if acc is None:
+                acc = self.data[key] = _Data(kind=vol.kind, name=vol.name)
+            acc.add(Confidence.DECLARED, Evidence(Source.SPEC, locator(c.subject, vol.pointer)),
+                    in_pod=c.in_pod)  # fmt: skip
+            if vol.mount_path:
+                acc.mount_paths.add(vol.mount_path)
+            if vol.profile:
+                acc.profiles.add(vol.profile)
+            dref = _data_ref(vol)
+            img.links.add(dref)
+            for model in models:
+                if _loads_from(model, vol, cache_paths):
+                    model.links.add(dref)
+
+    def pod_digests(self, pod: Obj) -> None:
+        subject = ""
+        for seen in observed_digests(pod):
+            img = self.image(canonical(seen.image))
+            acc = img.digests.get(seen.digest)
+            if acc is None:
+                acc = img.digests[seen.digest] = _Acc()
+            if len(acc.pod_evidence) >= MAX_POD_EVIDENCE:
+                acc.confidences.append(Confidence.VERIFIED)
+                continue
+            subject = subject or subject_of(pod)
+            ev = Evidence(Source.POD_STATUS, locator(subject, seen.pointer))
+            acc.add(Confidence.VERIFIED, ev, in_pod=True)
+
+
+def _content(c: Container) -> tuple[Any, ...]:
+    return (
+        c.image,
+        c.command,
+        c.args,
+        c.init,
+        tuple((e.name, e.value, e.value_from) for e in c.env),
+        tuple((v.kind, v.name, v.mount_path, v.profile) for v in c.volumes),
+        # Annotations are compared apart: an object's own annotations reach
+        # its template's containers but not its pods.
+        tuple(
+            (m.id, m.revision, m.confidence, m.source, m.via)
+            for m in c.models
+            if m.source is not Source.ANNOTATION
+        ),
+        tuple((r.runtime, r.confidence, r.source) for r in c.runtimes),
+    )
+
+
+def _serving_of(c: Container) -> set[str]:
+    return {rf.runtime for rf in runtimes_of(c) if rf.runtime in SERVING}
+
+
+def _loads_from(model: _Model, vol: Volume, cache_paths: list[str]) -> bool:
+    """Whether a model is read from a volume: a path under its mount, or its cache."""
+    if vol.mount_path is None:
+        return True  # NIM: the operator mounts the cache where the NIM reads models
+    mount = vol.mount_path.rstrip("/") + "/"
+    if model.model_id.startswith("/") and (model.model_id + "/").startswith(mount):
+        return True
+    return "huggingface" in model.origins and any(
+        (p.rstrip("/") + "/").startswith(mount) for p in cache_paths
+    )
+
+
+# --- bom-refs ---------------------------------------------------------------------
+
+
+def _runtime_ref(runtime: str, version: str | None) -> str:
+    return f"runtime:{runtime}@{version}" if version else f"runtime:{runtime}"
+
+
+def _model_key_ref(key: tuple[str, str | None]) -> str:
+    model_id, revision = key
+    return f"model:{model_id}@{revision}" if revision else f"model:{model_id}"
+
+
+def _data_ref(vol: Volume) -> str:
+    return f"data:{vol.kind}/{vol.name}"
+
+
+def _root_ref(kind: str, namespace: str, name: str, uid: str) -> str:
+    return f"workload:{kind}/{namespace}/{name}" + (f"@{uid}" if uid else "")
+
+
+# --- facts ------------------------------------------------------------------------
+
+
+def _timestamp(value: Any) -> str:
+    """The root's creationTimestamp as RFC 3339 UTC; the epoch when absent or malformed."""
+    if not isinstance(value, str) or not _TIMESTAMP.fullmatch(value):
+        return EPOCH
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return EPOCH
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _root_facts(view: RootView) -> RootFacts:
+    root = view.root if isinstance(view.root, dict) else {}
+    meta = metadata(root)
+    kind = str(root.get("kind") or "")
+    namespace = str(meta.get("namespace") or "")
+    name = name_of(root)
+    uid = str(meta.get("uid") or "")
+    unresolved = view.status == "unresolved"
+    return RootFacts(
+        bom_ref=_root_ref(kind, namespace, name, uid),
+        api_version=str(root.get("apiVersion") or ""),
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        timestamp=_timestamp(meta.get("creationTimestamp")),
+        status="unresolved" if unresolved else "root",
+        reason=(str(view.reason or "") or "unknown") if unresolved else None,
+    )
+
+
+def _pod_key(pod: Obj) -> tuple[str, str]:
+    meta = metadata(pod)
+    return (str(meta.get("name") or ""), str(meta.get("uid") or ""))
+
+
+def facts_of(view: RootView, registry: KindRegistry) -> Facts:
+    """Everything the root's document will say, merged and sorted. Pure and cheap."""
+    root = _root_facts(view)
+    owned_objs = sorted(
+        (o for o in view.owned if isinstance(o, dict) and registry.is_tracked(group_kind_of(o))),
+        key=lambda o: (str(o.get("kind") or ""), name_of(o)),
+    )
+    pods = sorted((p for p in view.pods if isinstance(p, dict)), key=_pod_key)
+    builder = _Builder()
+    for obj in [view.root, *owned_objs]:
+        for c in scrape(obj):
+            builder.container(c)
+    signatures: list[list[Any]] = []  # few: one per distinct pod template, compared deeply
+    for pod in pods:
+        signature = pod_signature(pod)
+        if signature in signatures:
+            continue  # an earlier pod said all this; only its status differs
+        signatures.append(signature)
+        for c in scrape(pod):
+            builder.container(c)
+    for pod in pods:
+        builder.pod_digests(pod)
+    components = _finish(builder)
+    images = tuple(sorted(builder.images))
+    digests = tuple(sorted({d for img in builder.images.values() for d in img.digests}))
+    models = tuple(sorted({c.name for c in components if c.type == "machine-learning-model"
+                           and c.confidence is not Confidence.UNRESOLVED}))  # fmt: skip
+    return Facts(
+        root=root,
+        owned=tuple(f"{o.get('kind')}/{name_of(o)}" for o in owned_objs),
+        components=components,
+        root_depends_on=tuple(sorted(f"image:{ref}" for ref in builder.images)),
+        images=images,
+        digests=digests,
+        models=models,
+    )
+
+
+def _fold_revisions(builder: _Builder) -> dict[str, str]:
+    """A model named without a revision joins its only revisioned sibling.
+
+    `--model Qwen/Qwen3` beside a `modelRef` with revision `abc` is the same
+    model; with two revisions known, the bare mention stays on its own.
+    Returns old bom-ref -> new bom-ref for the links.
+    """
+    by_id: dict[str, list[str | None]] = {}
+    for model_id, revision in builder.models:
+        by_id.setdefault(model_id, []).append(revision)
+    renames: dict[str, str] = {}
+    for model_id, revisions in by_id.items():
+        named = [r for r in revisions if r is not None]
+        if None not in revisions or len(named) != 1:
+            continue
+        bare = builder.models.pop((model_id, None))
+        into = builder.models[(model_id, named[0])]
+        into.confidences += bare.confidences
+        into.evidence |= bare.evidence
+        for ev in bare.pod_evidence:
+            if len(into.pod_evidence) < MAX_POD_EVIDENCE and ev not in into.pod_evidence:
+                into.pod_evidence.append(ev)
+        into.served |= bare.served
+        into.named_by |= bare.named_by
+        into.origins |= bare.origins
+        into.links |= bare.links
+        renames[_model_key_ref((model_id, None))] = _model_key_ref((model_id, named[0]))
+    return renames
+
+
+def _props(confidence: Confidence, ev: tuple[Evidence, ...]) -> list[tuple[str, str]]:
+    """`aibom.confidence` and one `aibom.evidence.<source>` = locator per evidence."""
+    # StrEnum members are str: concatenation skips the slow `.value` descriptor.
+    return [(P_CONFIDENCE, str(confidence)), *((P_EVIDENCE + e.source, e.locator) for e in ev)]
+
+
+def _finish(builder: _Builder) -> tuple[Component, ...]:
+    renames = _fold_revisions(builder)
+    out: list[Component] = []
+    for ref, img in builder.images.items():
+        links = {renames.get(link, link) for link in img.links}
+        resolved = any(link.startswith("model:") for link in links)
+        reasons = sorted({r for r, _, _ in img.unresolved})
+        unresolved_ev = _Acc()
+        for _, uev, in_pod in img.unresolved:
+            unresolved_ev.add(Confidence.UNRESOLVED, uev, in_pod=in_pod)
+        if not reasons and img.serving and not resolved:
+            # A serving runtime with no model named anywhere: say so, never guess.
+            reasons = [f"no model is named in the spec for {', '.join(sorted(img.serving))}"]
+            for iev in img.final_evidence():
+                unresolved_ev.add(Confidence.UNRESOLVED, iev, in_pod=False)
+        if reasons:
+            uref = f"model:unresolved:{ref}"
+            links.add(uref)
+            uevs = unresolved_ev.final_evidence()
+            out.append(
+                Component(
+                    bom_ref=uref,
+                    type="machine-learning-model",
+                    name="unresolved",
+                    version=None,
+                    purl=None,
+                    sha256=(),
+                    confidence=Confidence.UNRESOLVED,
+                    evidence=uevs,
+                    properties=tuple(
+                        sorted(
+                            _props(Confidence.UNRESOLVED, uevs)
+                            + [("aibom.model.unresolved", r) for r in reasons]
+                        )
+                    ),
+                    depends_on=(),
+                )
+            )
+        out.append(_image_component(ref, img, links))
+    for (name, version), rt in builder.runtimes.items():
+        confidence = strongest(rt.confidences)
+        ev = rt.final_evidence()
+        out.append(
+            Component(
+                bom_ref=_runtime_ref(name, version),
+                type="framework",
+                name=name,
+                version=version,
+                purl=None,
+                sha256=(),
+                confidence=confidence,
+                evidence=ev,
+                properties=tuple(sorted(_props(confidence, ev))),
+                depends_on=(),
+            )
+        )
+    for key, model in builder.models.items():
+        confidence = strongest(model.confidences)
+        ev = model.final_evidence()
+        props = _props(confidence, ev)
+        props += [("aibom.model.origin", o) for o in model.origins]
+        props += [("aibom.model.named-by", v) for v in model.named_by]
+        props += [("aibom.model.served-name", s) for s in model.served]
+        purl = hf_purl(model.model_id, model.revision) if "huggingface" in model.origins else None
+        out.append(
+            Component(
+                bom_ref=_model_key_ref(key),
+                type="machine-learning-model",
+                name=model.model_id,
+                version=model.revision,
+                purl=purl,
+                sha256=(),
+                confidence=confidence,
+                evidence=ev,
+                properties=tuple(sorted(props)),
+                depends_on=tuple(sorted(model.links)),
+            )
+        )
+    for (kind, name), data in builder.data.items():
+        ev = data.final_evidence()
+        props = [*_props(Confidence.DECLARED, ev), ("aibom.data.kind", kind)]
+        props += [("aibom.data.mount-path", p) for p in data.mount_paths]
+        props += [("aibom.data.nim-profile", p) for p in data.profiles]
+        out.append(
+            Component(
+                bom_ref=f"data:{kind}/{name}",
+                type="data",
+                name=f"{kind}/{name}",
+                version=None,
+                purl=None,
+                sha256=(),
+                confidence=Confidence.DECLARED,
+                evidence=ev,
+                properties=tuple(sorted(props)),
+                depends_on=(),
+            )
+        )
+    return tuple(sorted(out, key=lambda c: c.bom_ref))
+
+
+def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
+    parsed = parse_image(ref)
+    digests = sorted(img.digests)
+    evidence = set(img.final_evidence())
+    for acc in img.digests.values():
+        evidence.update(acc.final_evidence())
+    verified = any(Confidence.VERIFIED in acc.confidences for acc in img.digests.values())
+    confidence = Confidence.VERIFIED if verified else Confidence.DECLARED
+    ev = tuple(sorted(evidence))
+    props = [*_props(confidence, ev), ("aibom.image.reference", ref)]
+    props += [("aibom.image.digest", d) for d in digests]
+    if parsed is not None and parsed.registry:
+        name = parsed.repository
+        version = parsed.tag if parsed.tag is not None else parsed.digest
+    else:
+        name, version = ref, None
+    return Component(
+        bom_ref=f"image:{ref}",
+        type="container",
+        name=name,
+        version=version,
+        purl=oci_purl(ref, digests[0] if len(digests) == 1 else None),
+        sha256=tuple(d.removeprefix("sha256:") for d in digests),
+        confidence=confidence,
+        evidence=ev,
+        properties=tuple(sorted(props)),
+        depends_on=tuple(sorted(links)),
+    )
+
+
+# --- hash and rendering -----------------------------------------------------------
+
+
+def input_hash(facts: Facts, *, tool_version: str | None = None) -> str:
+    """`sha256:<hex>` over the facts, the format version and (when given) the tool version.
+
+    Pass the same `tool_version` you render with: the document names it, so
+    an upgrade must change the hash. `build_document` does.
+    """
+    text = f"{FORMAT_VERSION}\n{tool_version or ''}\n{facts!r}"
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def serial_number(digest: str) -> str:
+    return f"urn:uuid:{uuid.uuid5(_SERIAL_NAMESPACE, digest)}"
+
+
+def _evidence_json(c: Component) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "occurrences": [
+            {"location": e.locator, "additionalContext": str(e.source)} for e in c.evidence
+        ],
+    }
+    if c.confidence is not Confidence.UNRESOLVED:
+        score = _NUMERIC_CONFIDENCE[c.confidence]
+        sources = sorted({e.source for e in c.evidence})
+        out["identity"] = [
+            {
+                "field": "purl" if c.purl else "name",
+                "confidence": score,
+                "concludedValue": c.purl or c.name,
+                "methods": [
+                    {"technique": _TECHNIQUE[s], "confidence": score, "value": str(s)}
+                    for s in sources
+                ],
+            }
+        ]
+    return out
+
+
+def _component_json(c: Component) -> dict[str, Any]:
+    out: dict[str, Any] = {"bom-ref": c.bom_ref, "type": c.type, "name": c.name}
+    if c.version:
+        out["version"] = c.version
+    if c.purl:
+        out["purl"] = c.purl
+    if c.sha256:
+        out["hashes"] = [{"alg": "SHA-256", "content": h} for h in c.sha256]
+    if c.evidence:
+        out["evidence"] = _evidence_json(c)
+    out["properties"] = [{"name": n, "value": v} for n, v in c.properties]
+    return out
+
+
+def _root_json(root: RootFacts, owned: tuple[str, ...]) -> dict[str, Any]:
+    props = [
+        ("aibom.k8s.apiVersion", root.api_version),
+        ("aibom.k8s.kind", root.kind),
+        ("aibom.k8s.namespace", root.namespace),
+    ]
+    if root.uid:
+        props.append(("aibom.k8s.uid", root.uid))
+    # Roll-up properties exist only when roll-up found something to say, so a
+    # root without descendants renders exactly as it would without roll-up.
+    props += [(f"{P_OWNED}{i}", kind_name) for i, kind_name in enumerate(owned)]
+    if root.reason is not None:
+        props.append((P_UNRESOLVED_ROOT, root.reason))
+    return {
+        "bom-ref": root.bom_ref,
+        "type": "application",
+        "name": root.name or "(unnamed)",
+        "properties": [{"name": n, "value": v} for n, v in props if v],
+    }
+
+
+def document_json(facts: Facts, *, tool_version: str) -> dict[str, Any]:
+    """The document as plain JSON data (what `render` writes)."""
+    digest = input_hash(facts, tool_version=tool_version)
+    # Every component has an entry; `dependsOn` only when non-empty (as the library writes it).
+    edges = [(facts.root.bom_ref, facts.root_depends_on)]
+    edges += [(c.bom_ref, c.depends_on) for c in facts.components]
+    depends = [{"ref": ref, "dependsOn": list(on)} if on else {"ref": ref} for ref, on in edges]
+    return {
+        "$schema": SCHEMA_URL,
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.6",
+        "serialNumber": serial_number(digest),
+        "version": 1,
+        "metadata": {
+            "timestamp": facts.root.timestamp,
+            "tools": {
+                "components": [{"type": "application", "name": TOOL_NAME, "version": tool_version}]
+            },
+            "component": _root_json(facts.root, facts.owned),
+        },
+        "components": [_component_json(c) for c in facts.components],
+        "dependencies": sorted(depends, key=lambda d: d["ref"]),
+    }
+
+
+def render(facts: Facts, *, tool_version: str) -> bytes:
+    """CycloneDX 1.6 JSON, byte-deterministic (sorted keys, compact, UTF-8)."""
+    doc = document_json(facts, tool_version=tool_version)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def build_document(view: RootView, registry: KindRegistry, *, tool_version: str) -> Document:
+    facts = facts_of(view, registry)
+    return Document(
+        json_bytes=render(facts, tool_version=tool_version),
+        input_hash=input_hash(facts, tool_version=tool_version),
+        images=facts.images,
+        digests=facts.digests,
+        models=facts.models,
+    )
+
+
+_VALIDATOR: Any = None
+
+
+def validate(json_bytes: bytes) -> None:
+    """Raise ValueError unless the bytes pass cyclonedx-python-lib's strict 1.6 validator."""
+    global _VALIDATOR  # noqa: PLW0603 -- the schema is loaded once, on first use
+    if _VALIDATOR is None:
+        from cyclonedx.schema import SchemaVersion
+        from cyclonedx.validation.json import JsonStrictValidator
+
+        _VALIDATOR = JsonStrictValidator(SchemaVersion.V1_6)
+    try:
+        text = json_bytes.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8: {exc}") from None
+    error = _VALIDATOR.validate_str(text)
+    if error is not None:
+        raise ValueError(f"CycloneDX 1.6 strict validation failed: {error}")

@@ -1,0 +1,74 @@
+"""Image digests observed in pod status (design 005 §2, resolveContainerDigest).
+
+A pod's container status reports the digest the kubelet actually pulled
+(`imageID`). It belongs to a spec image only when the status is for the same
+container NAME (containers with containerStatuses, initContainers with
+initContainerStatuses) and names the same IMAGE: after an in-place image
+change a container keeps reporting its old image and digest until it
+restarts, and that digest is not the new image's. Every match is returned;
+choosing between two digests of one tag (a rolling update) is not ours to do.
+Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aibom_core.images import digest_of_image_id, parse_image, same_image
+
+_LISTS = (("containers", "containerStatuses"), ("initContainers", "initContainerStatuses"))
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedDigest:
+    image: str  # the pod spec image, as written
+    container: str
+    digest: str  # "sha256:<hex>"
+    pointer: str  # JSON pointer to the status imageID inside the pod
+
+
+def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
+    """The digests one pod's status reports for its spec containers."""
+    if not isinstance(pod, dict):
+        return ()
+    spec, status = pod.get("spec"), pod.get("status")
+    if not isinstance(spec, dict) or not isinstance(status, dict):
+        return ()
+    out = []
+    for spec_key, status_key in _LISTS:
+        statuses = status.get(status_key)
+        if not isinstance(statuses, list) or not statuses:
+            continue
+        images: dict[str, str] = {}
+        containers = spec.get(spec_key)
+        for c in containers if isinstance(containers, list) else ():
+            if isinstance(c, dict):
+                name, image = c.get("name"), c.get("image")
+                if isinstance(name, str) and isinstance(image, str) and image:
+                    images[name] = image
+        for j, st in enumerate(statuses):
+            if not isinstance(st, dict):
+                continue
+            name, image_id = st.get("name"), st.get("imageID")
+            image = images.get(name) if isinstance(name, str) else None
+            if image is None or not isinstance(image_id, str):
+                continue
+            digest = digest_of_image_id(image_id)
+            if digest is None:
+                continue
+            status_image = st.get("image")
+            if not same_image(image, status_image if isinstance(status_image, str) else ""):
+                continue
+            pinned = parse_image(image)
+            if pinned is not None and pinned.digest is not None and pinned.digest != digest:
+                continue  # a pinned spec runs exactly its digest; anything else is stale
+            out.append(
+                ObservedDigest(
+                    image=image,
+                    container=str(name),
+                    digest=digest,
+                    pointer=f"/status/{status_key}/{j}/imageID",
+                )
+            )
+    return tuple(out)
