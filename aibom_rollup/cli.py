@@ -178,7 +178,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _summary(entry: RootEntry, doc: Any) -> dict[str, Any]:
+def _summary(entry: RootEntry, doc: Any, digest: str) -> dict[str, Any]:
     return {
         "namespace": entry.ref.namespace,
         "kind": entry.ref.kind,
@@ -192,13 +192,13 @@ def _summary(entry: RootEntry, doc: Any) -> dict[str, Any]:
         "images": list(doc.images),
         "digests": list(doc.digests),
         "models": list(doc.models),
-        "inputHash": doc.input_hash,
+        "inputHash": digest,
     }
 
 
 def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     # cyclonedx-python-lib costs ~0.3 s to import: only the commands that render pay it.
-    from aibom_core.bom import RootView, build_document
+    from aibom_core.bom import RootView, facts_of, input_hash, render
 
     dump = read_dump(args.inputs)
     graph = _graph(args, dump)
@@ -215,16 +215,17 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
             owned=entry.owned,
             pods=entry.pods,
         )
-        doc = build_document(view, registry, tool_version=version)
+        facts = facts_of(view, registry)
+        digest = input_hash(facts, tool_version=version)
         if out_dir is not None:
             target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"
             try:
-                _write_atomic(target, doc.json_bytes)
+                _write_atomic(target, render(facts, tool_version=version))
             except OSError as exc:
                 raise UsageError(f"{target}: {exc.strerror or exc}") from None
             written += 1
-        else:
-            summaries.append(_summary(entry, doc))
+        else:  # the summary needs the facts, not the rendered document
+            summaries.append(_summary(entry, facts, digest))
     if out_dir is not None:
         print(f"wrote {written} AIBOM document(s) under {out_dir}", file=sys.stderr)
     else:

@@ -158,3 +158,70 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for word in ("scan", "tree", "kinds", "webhook", "annotator", "certs"):
         assert word in out
+
+
+def test_scan_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dump = _write(tmp_path / "d.json", _objs())
+    assert main(["scan", str(dump)]) == 0
+    roots = {(r["kind"], r["name"]): r for r in json.loads(capsys.readouterr().out)["roots"]}
+    # The orphaned ReplicaSet is not tracked: unresolved, but no root of its own.
+    assert set(roots) == {("DynamoGraphDeployment", "g")}
+    graph = roots[("DynamoGraphDeployment", "g")]
+    assert graph["owned"] == ["Deployment/g-w", "DynamoComponentDeployment/g-w"]
+    assert graph["pods"] == 1
+    assert graph["configMap"] == "aibom-dynamographdeployment-g"
+    assert graph["inputHash"].startswith("sha256:")
+
+
+def test_scan_writes_one_valid_deterministic_document_per_root(tmp_path: Path) -> None:
+    from aibom_core.bom import validate
+
+    objs = [*_objs(), mk("Deployment", "web", ns="other")]
+    dump = _write(tmp_path / "d.json", objs)
+    assert main(["scan", str(dump), "-o", str(tmp_path / "a")]) == 0
+    assert main(["scan", str(dump), "-o", str(tmp_path / "b")]) == 0
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.json"))
+    assert [str(f) for f in files] == [
+        "ns/aibom-dynamographdeployment-g.json",
+        "other/aibom-deployment-web.json",
+    ]
+    for f in files:
+        data = (tmp_path / "a" / f).read_bytes()
+        assert data == (tmp_path / "b" / f).read_bytes()
+        validate(data)
+    doc = json.loads((tmp_path / "a" / files[0]).read_bytes())
+    props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
+    assert props["aibom.rollup.owned.0"] == "Deployment/g-w"
+    assert props["aibom.rollup.owned.1"] == "DynamoComponentDeployment/g-w"
+
+
+def test_scan_opted_in_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ns_on = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "on", "labels": {"aibom.dev/enabled": "true"}},
+    }
+    ns_off = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "off"}}
+    objs = [ns_on, ns_off, mk("Deployment", "a", ns="on"), mk("Deployment", "b", ns="off")]
+    dump = _write(tmp_path / "d.json", objs)
+    assert main(["scan", str(dump), "--opted-in-only"]) == 0
+    roots = json.loads(capsys.readouterr().out)["roots"]
+    assert [(r["namespace"], r["name"]) for r in roots] == [("on", "a")]
+
+
+def test_scan_from_stdin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    data = json.dumps({"apiVersion": "v1", "kind": "List", "items": _objs()}).encode()
+
+    class Stdin(io.BytesIO):
+        def isatty(self) -> bool:
+            return False
+
+    fake = io.TextIOWrapper(Stdin(data))
+    monkeypatch.setattr(sys, "stdin", fake)
+    assert main(["scan", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["roots"]
