@@ -146,31 +146,34 @@ def fit(document: bytes, *, limit: int = MAX_DATA_BYTES) -> Payload:
 def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
     """The largest cut of a CycloneDX document whose gzip fits `limit`.
 
-    Keeps the same leading fraction of `components` and of the
-    `aibom.rollup.owned.<i>` properties (their order is the document's
-    sorted order), drops dependencies on removed components, and adds
+    Keeps the same leading fraction of `components` and of the root's
+    `aibom.rollup.owned.<i>` properties (in the document's order, so the
+    kept indices stay 0..n-1), drops dependencies on removed components,
+    and says what happened in the document's `metadata.properties`:
     `aibom.truncated`, `aibom.truncated.reason`,
-    `aibom.truncated.omitted-components` and `aibom.truncated.omitted-owned`.
+    `aibom.truncated.omitted-components`, `aibom.truncated.omitted-owned`.
     Returns the bytes and how many components and owned entries were cut.
     """
     doc = json.loads(document)
     components: list[Any] = list(doc.get("components") or [])
-    meta = doc.setdefault("metadata", {})
-    props: list[Any] = list(meta.get("properties") or [])
-    owned = [p for p in props if str(p.get("name", "")).startswith(OWNED_PREFIX)]
-    others = [p for p in props if not str(p.get("name", "")).startswith(OWNED_PREFIX)]
+    meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
+    root: dict[str, Any] = meta["component"] if isinstance(meta.get("component"), dict) else {}
+    root_props: list[Any] = list(root.get("properties") or [])
+    owned = [p for p in root_props if _is_owned(p)]
     original = len(document)
 
     def build(keep: float) -> tuple[bytes, int, int]:
         n_c = int(len(components) * keep)
         n_o = int(len(owned) * keep)
+        kept_owned = {id(p) for p in owned[:n_o]}
         out = dict(doc)
-        out_meta = dict(meta)
         kept = components[:n_c]
         out["components"] = kept
         refs = {c.get("bom-ref") for c in kept if isinstance(c, dict)}
         if "dependencies" in doc:
-            out["dependencies"] = _prune_dependencies(doc["dependencies"], refs, meta)
+            out["dependencies"] = _prune_dependencies(doc["dependencies"], refs, root)
+        out_root = dict(root)
+        out_root["properties"] = [p for p in root_props if not _is_owned(p) or id(p) in kept_owned]
         note = [
             {"name": TRUNCATED_PREFIX, "value": "true"},
             {
@@ -184,11 +187,11 @@ def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
             },
             {"name": f"{TRUNCATED_PREFIX}.omitted-owned", "value": str(len(owned) - n_o)},
         ]
-        all_props = [*others, *owned[:n_o], *note]
-        all_props.sort(key=lambda p: (str(p.get("name", "")), str(p.get("value", ""))))
-        out_meta["properties"] = all_props
+        out_meta = dict(meta)
+        out_meta["component"] = out_root
+        out_meta["properties"] = [*(meta.get("properties") or []), *note]
         out["metadata"] = out_meta
-        data = json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+        data = json.dumps(out, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         return data, len(components) - n_c, len(owned) - n_o
 
     lo, hi = 0.0, 1.0
@@ -205,10 +208,14 @@ def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
     return best
 
 
-def _prune_dependencies(deps: Any, refs: set[Any], meta: Mapping[str, Any]) -> list[Any]:
+def _is_owned(prop: Any) -> bool:
+    return isinstance(prop, dict) and str(prop.get("name", "")).startswith(OWNED_PREFIX)
+
+
+def _prune_dependencies(deps: Any, refs: set[Any], root: Mapping[str, Any]) -> list[Any]:
     if not isinstance(deps, list):
         return []
-    root_ref = (meta.get("component") or {}).get("bom-ref")
+    root_ref = root.get("bom-ref")
     keep = refs | {root_ref}
     out = []
     for dep in deps:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aibom_core.bom import render
-
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
@@ -440,7 +439,12 @@ class Controller:
             await asyncio.sleep(0)
 
     async def reconcile(self, key: RootKey) -> str:
-        plan = plan_root(self.state, key, generator=self.settings.generator)
+        plan = plan_root(
+            self.state,
+            key,
+            generator=self.settings.generator,
+            tool_version=self.settings.tool_version,
+        )
         self._count(plan)
         if plan.requeue is not None:
             self.docs.add(plan.requeue)

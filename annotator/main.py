@@ -29,6 +29,7 @@ from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of,
 from aibom_rollup.kube import Kube, KubeError
 from annotator import logs
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
+from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
@@ -195,6 +196,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="objects per LIST page (default: 500)",
     )
     work.add_argument(
+        "--max-document-bytes",
+        type=pos_int,
+        default=MAX_DATA_BYTES,
+        metavar="N",
+        help="ConfigMap data budget: larger documents are gzip-compressed, and cut (with "
+        "aibom.truncated properties and an Event) if even that does not fit (default: "
+        "%(default)s, the API server's 1 MiB limit; lower it to test or to leave room)",
+    )
+    work.add_argument(
         "--watch-timeout",
         type=pos_int,
         default=300,
@@ -261,6 +271,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         write_burst=args.write_burst,
         stamp_qps=args.stamp_qps,
         stamp_burst=args.stamp_burst,
+        size_limit=args.max_document_bytes,
     )
     election = None
     if args.leader_elect:

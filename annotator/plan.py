@@ -23,7 +23,6 @@ from enum import StrEnum
 from typing import Any
 
 from aibom_core.bom import RootView, facts_of, input_hash
-
 from aibom_core.kinds import GroupKind, group_kind_of
 from aibom_core.objects import Obj, ObjRef, annotations_of, metadata, ref_of
 from aibom_core.rollup import configmap_name, root_entry
@@ -87,7 +86,7 @@ class RootPlan:
     pods: int = 0
 
 
-def plan_root(state: ClusterState, key: RootKey, *, generator: str) -> RootPlan:
+def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version: str) -> RootPlan:
     """The plan for one root key (see the module docstring)."""
     graph = state.graph
     obj = graph.get(key.uid)
@@ -121,7 +120,7 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str) -> RootPlan:
         pods=entry.pods,
     )
     facts = facts_of(view, graph.registry)
-    digest = input_hash(facts)
+    digest = input_hash(facts, tool_version=tool_version)
     name = configmap_name(ref.kind, ref.name)
     current = is_current(
         state.configmap(ref.namespace, name),

@@ -147,8 +147,10 @@ class Writer:
         body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
+            # client-go's naming, `<object>.<unix nanoseconds in hex>`: a
+            # generateName would end in `.`, which Events refuse.
             "metadata": {
-                "generateName": f"{regarding.name[:200]}.",
+                "name": f"{regarding.name[:200].rstrip('.-')}.{time.time_ns():x}",
                 "namespace": regarding.namespace,
             },
             # The API requires eventTime; this is the I/O edge, the clock is allowed here.

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import re
 from typing import Any
 
 import pytest
 
+from aibom_core.bom import RootView, build_document, validate
+from aibom_core.kinds import default_registry
 from aibom_core.objects import ObjRef
 from annotator.configmap import (
     MANAGED_BY_LABEL,
@@ -21,7 +24,9 @@ from annotator.configmap import (
     truncate,
     unpack,
 )
+from tests.unit.kobj import mk
 
+REG = default_registry()
 LABELS = DocLabels()
 ROOT = ObjRef("nvidia.com", "DynamoGraphDeployment", "ns", "g", "1234-uid")
 VALID = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -50,32 +55,31 @@ def test_label_values_are_valid_and_distinct(value: str) -> None:
         assert out != label_value(value + "x")
 
 
-def doc(n_components: int, n_owned: int, pad: int = 0) -> bytes:
-    """A CycloneDX-shaped document with incompressible padding per component."""
-    import hashlib
+def _noise(i: int, n: int) -> str:
+    return hashlib.sha256(str(i).encode()).hexdigest()[:n]
 
-    comps = [
+
+def doc(n_components: int, n_owned: int, pad: int = 0) -> bytes:
+    """A real document (aibom_core.bom) of a graph with containers and owned workloads."""
+    containers = [
         {
-            "bom-ref": f"c{i}",
-            "type": "container",
-            "name": f"img{i}",
-            "description": hashlib.sha512(str(i).encode()).hexdigest() * pad,
+            "name": f"c{i}",
+            "image": f"registry.example/{_noise(i, pad + 8)}/c{i}:1",
         }
         for i in range(n_components)
     ]
-    props = [
-        {"name": f"aibom.rollup.owned.{i}", "value": f"Deployment/d{i}"} for i in range(n_owned)
-    ]
-    props.append({"name": "aibom.root.kind", "value": "DynamoGraphDeployment"})
-    body = {
-        "bomFormat": "CycloneDX",
-        "specVersion": "1.6",
-        "metadata": {"component": {"bom-ref": "root", "name": "g"}, "properties": props},
-        "components": comps,
-        "dependencies": [{"ref": "root", "dependsOn": [f"c{i}" for i in range(n_components)]}]
-        + [{"ref": f"c{i}", "dependsOn": []} for i in range(n_components)],
-    }
-    return json.dumps(body, indent=2).encode()
+    root = mk(
+        "DynamoGraphDeployment",
+        "g",
+        spec={
+            "components": [
+                {"name": "w", "type": "worker", "podTemplate": {"spec": {"containers": containers}}}
+            ]
+        },
+    )
+    owned = tuple(mk("Deployment", f"d{i:03d}", root) for i in range(n_owned))
+    view = RootView(root=root, status="root", reason=None, owned=owned, pods=())
+    return build_document(view, REG, tool_version="test").json_bytes
 
 
 def test_small_documents_go_into_data_as_is() -> None:
@@ -87,7 +91,8 @@ def test_small_documents_go_into_data_as_is() -> None:
 
 
 def test_large_compressible_documents_are_gzipped_deterministically() -> None:
-    d = doc(3, 2) + b" " * 5000
+    d = doc(30, 20)
+    assert len(d) > 4096
     p = fit(d, limit=4096)
     assert p.encoding == "gzip"
     raw = base64.b64decode(p.binary_data["aibom.json.gz"])
@@ -97,25 +102,34 @@ def test_large_compressible_documents_are_gzipped_deterministically() -> None:
 
 
 def test_too_large_even_gzipped_is_truncated_and_says_so() -> None:
-    d = doc(200, 50, pad=2)
-    limit = 8000
+    d = doc(120, 80, pad=40)
+    limit = 6000
     assert len(gzip.compress(d)) > limit
     p = fit(d, limit=limit)
     assert p.encoding == "truncated" and p.truncated
     assert p.size <= limit
-    cut = json.loads(gzip.decompress(base64.b64decode(p.binary_data["aibom.json.gz"])))
+    raw = gzip.decompress(base64.b64decode(p.binary_data["aibom.json.gz"]))
+    validate(raw)  # still CycloneDX 1.6 under the strict schema
+    cut = json.loads(raw)
     props = {x["name"]: x["value"] for x in cut["metadata"]["properties"]}
     assert props["aibom.truncated"] == "true"
     assert "does not fit" in props["aibom.truncated.reason"]
+    full = json.loads(d)
     kept = len(cut["components"])
-    assert 0 < kept < 200
-    assert int(props["aibom.truncated.omitted-components"]) == 200 - kept == p.omitted_components
-    assert int(props["aibom.truncated.omitted-owned"]) == p.omitted_owned
-    # Properties stay sorted by (name, value); dependencies only name kept components.
-    names = [(x["name"], x["value"]) for x in cut["metadata"]["properties"]]
-    assert names == sorted(names)
-    refs = {c["bom-ref"] for c in cut["components"]} | {"root"}
-    assert all(dep["ref"] in refs and set(dep["dependsOn"]) <= refs for dep in cut["dependencies"])
+    assert 0 < kept < len(full["components"])
+    assert int(props["aibom.truncated.omitted-components"]) == p.omitted_components
+    assert p.omitted_components == len(full["components"]) - kept
+    owned = [
+        x["name"]
+        for x in cut["metadata"]["component"]["properties"]
+        if x["name"].startswith("aibom.rollup.owned.")
+    ]
+    # The kept owned entries are the first ones, indices 0..n-1.
+    assert owned == [f"aibom.rollup.owned.{i}" for i in range(len(owned))]
+    assert int(props["aibom.truncated.omitted-owned"]) == 80 - len(owned) == p.omitted_owned
+    refs = {c["bom-ref"] for c in cut["components"]} | {cut["metadata"]["component"]["bom-ref"]}
+    for dep in cut["dependencies"]:
+        assert dep["ref"] in refs and set(dep.get("dependsOn", [])) <= refs
     assert fit(d, limit=limit) == p
 
 
