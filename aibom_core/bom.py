@@ -679,9 +679,9 @@ def _root_json(root: RootFacts, owned: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def document_json(facts: Facts, *, tool_version: str) -> dict[str, Any]:
+def document_json(facts: Facts, *, tool_version: str, digest: str | None = None) -> dict[str, Any]:
     """The document as plain JSON data (what `render` writes)."""
-    digest = input_hash(facts, tool_version=tool_version)
+    digest = digest or input_hash(facts, tool_version=tool_version)
     # Every component has an entry; `dependsOn` only when non-empty (as the library writes it).
     edges = [(facts.root.bom_ref, facts.root_depends_on)]
     edges += [(c.bom_ref, c.depends_on) for c in facts.components]
@@ -704,17 +704,22 @@ def document_json(facts: Facts, *, tool_version: str) -> dict[str, Any]:
     }
 
 
-def render(facts: Facts, *, tool_version: str) -> bytes:
-    """CycloneDX 1.6 JSON, byte-deterministic (sorted keys, compact, UTF-8)."""
-    doc = document_json(facts, tool_version=tool_version)
+def render(facts: Facts, *, tool_version: str, digest: str | None = None) -> bytes:
+    """CycloneDX 1.6 JSON, byte-deterministic (sorted keys, compact, UTF-8).
+
+    `digest`: `input_hash(facts, tool_version=tool_version)` when the caller
+    already has it (it names the serial number); computed otherwise.
+    """
+    doc = document_json(facts, tool_version=tool_version, digest=digest)
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def build_document(view: RootView, registry: KindRegistry, *, tool_version: str) -> Document:
     facts = facts_of(view, registry)
+    digest = input_hash(facts, tool_version=tool_version)
     return Document(
-        json_bytes=render(facts, tool_version=tool_version),
-        input_hash=input_hash(facts, tool_version=tool_version),
+        json_bytes=render(facts, tool_version=tool_version, digest=digest),
+        input_hash=digest,
         images=facts.images,
         digests=facts.digests,
         models=facts.models,

@@ -13,6 +13,7 @@ Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from aibom_core.images import digest_of_image_id, parse_image, same_image
@@ -26,6 +27,18 @@ class ObservedDigest:
     container: str
     digest: str  # "sha256:<hex>"
     pointer: str  # JSON pointer to the status imageID inside the pod
+
+
+@lru_cache(maxsize=8192)
+def status_digest(spec_image: str, status_image: str, image_id: str) -> str | None:
+    """The digest one container status reports for a spec image, or None if it is not its."""
+    digest = digest_of_image_id(image_id)
+    if digest is None or not same_image(spec_image, status_image):
+        return None
+    pinned = parse_image(spec_image)
+    if pinned is not None and pinned.digest is not None and pinned.digest != digest:
+        return None  # a pinned spec runs exactly its digest; anything else is stale
+    return digest
 
 
 def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
@@ -54,15 +67,12 @@ def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
             image = images.get(name) if isinstance(name, str) else None
             if image is None or not isinstance(image_id, str):
                 continue
-            digest = digest_of_image_id(image_id)
+            status_image = st.get("image")
+            digest = status_digest(
+                image, status_image if isinstance(status_image, str) else "", image_id
+            )
             if digest is None:
                 continue
-            status_image = st.get("image")
-            if not same_image(image, status_image if isinstance(status_image, str) else ""):
-                continue
-            pinned = parse_image(image)
-            if pinned is not None and pinned.digest is not None and pinned.digest != digest:
-                continue  # a pinned spec runs exactly its digest; anything else is stale
             out.append(
                 ObservedDigest(
                     image=image,

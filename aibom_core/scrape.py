@@ -727,15 +727,18 @@ def pod_signature(pod: Obj) -> list[Any]:
     for key in ("initContainers", "containers"):
         for raw in _list(spec.get(key)):
             c = _dict(raw)
-            mounts = [
-                m for m in _list(c.get("volumeMounts")) if _str(_dict(m).get("name")) in names
-            ]
+            mounts = (
+                [m for m in _list(c.get("volumeMounts")) if _str(_dict(m).get("name")) in names]
+                if names
+                else None
+            )
             parts.append(
                 (key, c.get("name"), c.get("image"), c.get("command"), c.get("args"),
                  c.get("env"), mounts)
             )  # fmt: skip
     ann = annotations_of(pod)
-    parts.append((ann.get(MODEL_NAME_ANNOTATION), ann.get(MODEL_REVISION_ANNOTATION)))
+    if ann:
+        parts.append((ann.get(MODEL_NAME_ANNOTATION), ann.get(MODEL_REVISION_ANNOTATION)))
     return parts
 
 
