@@ -25,6 +25,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+from aibom_core.bom import RootView, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.kinds import (
@@ -197,9 +198,6 @@ def _summary(entry: RootEntry, doc: Any, digest: str) -> dict[str, Any]:
 
 
 def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
-    # cyclonedx-python-lib costs ~0.3 s to import: only the commands that render pay it.
-    from aibom_core.bom import RootView, facts_of, input_hash, render
-
     dump = read_dump(args.inputs)
     graph = _graph(args, dump)
     registry = graph.registry
@@ -220,7 +218,7 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         if out_dir is not None:
             target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"
             try:
-                _write_atomic(target, render(facts, tool_version=version))
+                _write_atomic(target, render(facts, tool_version=version, digest=digest))
             except OSError as exc:
                 raise UsageError(f"{target}: {exc.strerror or exc}") from None
             written += 1
