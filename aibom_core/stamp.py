@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aibom_core.kinds import GroupKind, group_kind_of
 from aibom_core.objects import Obj, annotations_of, metadata
 from aibom_core.walk import Rollup, WalkResult
 
@@ -127,4 +128,35 @@ def read_stamp(obj: Obj, *, keys: Keys) -> Stamp | None:
         root_uid=ann.get(keys.root_uid),
         rollup=ann[keys.rollup],
         reason=ann.get(keys.reason),
+    )
+
+
+DEPLOYMENT = GroupKind("apps", "Deployment")
+REPLICA_SET = GroupKind("apps", "ReplicaSet")
+
+
+def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, keys: Keys) -> Stamp:
+    """The stamp a ReplicaSet can keep without fighting its Deployment's controller.
+
+    Kubernetes' deployment controller copies every annotation of a Deployment
+    onto its ReplicaSets, and again on every sync whenever a value differs
+    (`copyDeploymentAnnotationsToReplicaSet`, pkg/controller/deployment/util).
+    A root Deployment says `rollup: root`; its ReplicaSet's own walk says
+    `rolled-up`. Overwriting the copy triggers a sync that copies it back: an
+    endless UPDATE loop (seen on the real kube-controller-manager). So a
+    ReplicaSet whose UID-checked controller (`owner`) is a Deployment keeps
+    each of our keys the Deployment carries. `root` and `root-uid` are the
+    same either way; only `rollup` (and a reason) mirror the Deployment. The
+    webhook, the annotator and the offline `tree` all apply this one rule.
+    """
+    if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
+        return stamp
+    ann = annotations_of(owner)
+    if not any(k in ann for k in keys.all()):
+        return stamp
+    return Stamp(
+        root=ann.get(keys.root, stamp.root),
+        root_uid=ann.get(keys.root_uid, stamp.root_uid),
+        rollup=ann.get(keys.rollup, stamp.rollup),
+        reason=ann.get(keys.reason, stamp.reason),
     )

@@ -36,7 +36,7 @@ from aibom_core.kinds import (
     registry_from_config,
 )
 from aibom_core.rollup import RootEntry, inventory
-from aibom_core.stamp import DEFAULT_PREFIX, Keys, stamp_of
+from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
 from aibom_core.walk import DEFAULT_MAX_DEPTH
 
 PROG = "aibom-rollup"
@@ -239,7 +239,13 @@ def _record(graph: OwnershipGraph, key: str, keys: Keys) -> dict[str, Any]:
     ref = graph.ref(key)
     obj = graph.get(key)
     assert ref is not None and obj is not None
-    stamp = stamp_of(graph.resolve(obj))
+    parent = graph.parent_of(key)
+    stamp = mirror_deployment(
+        stamp_of(graph.resolve(obj)),
+        subject=ref.group_kind,
+        owner=graph.get(parent) if parent else None,
+        keys=keys,
+    )
     return {
         "namespace": ref.namespace,
         "kind": ref.kind,

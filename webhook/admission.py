@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
-from aibom_core.kinds import GroupKind, group_kind_of
-from aibom_core.objects import Obj, annotations_of
-from aibom_core.stamp import Keys, Stamp
+from aibom_core.kinds import GroupKind
+from aibom_core.objects import Obj
+from aibom_core.stamp import Keys, Stamp, mirror_deployment
 
 API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
@@ -157,30 +157,9 @@ REPLICA_SET = GroupKind("apps", "ReplicaSet")
 
 
 def mirrored(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, keys: Keys) -> Stamp:
-    """The stamp a ReplicaSet can keep without fighting its Deployment's controller.
+    """`aibom_core.stamp.mirror_deployment` (the rule is shared with the annotator).
 
-    Kubernetes' deployment controller copies every annotation of a Deployment
-    onto its new ReplicaSet, and again on every sync whenever a value differs
-    (`copyDeploymentAnnotationsToReplicaSet`, pkg/controller/deployment/util).
-    A root Deployment says `rollup: root`; its ReplicaSet's own walk says
-    `rolled-up`. Overwriting the copy triggers a sync that copies it back: an
-    endless UPDATE loop between the controller and us (seen on the real
-    kube-controller-manager). So for a ReplicaSet whose controller is a
-    Deployment (the UID-checked first hop), each of our keys the Deployment
-    carries keeps the Deployment's value; `root` and `root-uid` are the same
-    either way, only `rollup` (and a `rollup-reason`) mirror the Deployment.
-    Pods are not affected: their walk never reads annotations. The owner may
-    come from the owner cache: a Deployment whose own stamp just changed is
-    then mirrored with its previous values for at most the cache TTL.
+    The owner may come from the owner cache: a Deployment whose own stamp just
+    changed is then mirrored with its previous values for at most the cache TTL.
     """
-    if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
-        return stamp
-    ann = annotations_of(owner)
-    if not any(k in ann for k in keys.all()):
-        return stamp
-    return Stamp(
-        root=ann.get(keys.root, stamp.root),
-        root_uid=ann.get(keys.root_uid, stamp.root_uid),
-        rollup=ann.get(keys.rollup, stamp.rollup),
-        reason=ann.get(keys.reason, stamp.reason),
-    )
+    return mirror_deployment(stamp, subject=subject, owner=owner, keys=keys)

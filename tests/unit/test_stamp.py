@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from aibom_core.stamp import Keys, Stamp, escape_pointer, read_stamp, stamp_merge_patch, stamp_patch
+from aibom_core.stamp import (
+    Keys,
+    Stamp,
+    escape_pointer,
+    mirror_deployment,
+    read_stamp,
+    stamp_merge_patch,
+    stamp_patch,
+)
 from tests.unit.kobj import mk
 
 K = Keys()
@@ -128,3 +136,21 @@ def test_custom_prefix() -> None:
 def test_bad_prefix(prefix: str) -> None:
     with pytest.raises(ValueError, match="annotation prefix"):
         Keys(prefix)
+
+
+def test_replicaset_mirrors_its_deployment() -> None:
+    from aibom_core.kinds import GroupKind
+
+    dep = mk(
+        "Deployment",
+        "d",
+        annotations={"aibom.dev/root": "Deployment/d", "aibom.dev/rollup": "root"},
+    )
+    walked = Stamp(root="Deployment/d", root_uid="u1", rollup="rolled-up", reason=None)
+    rs = GroupKind("apps", "ReplicaSet")
+    got = mirror_deployment(walked, subject=rs, owner=dep, keys=K)
+    assert got == Stamp(root="Deployment/d", root_uid="u1", rollup="root", reason=None)
+    # Pods, other owners, and unstamped Deployments keep their own walk's stamp.
+    assert mirror_deployment(walked, subject=GroupKind("", "Pod"), owner=dep, keys=K) == walked
+    assert mirror_deployment(walked, subject=rs, owner=mk("Widget", "w"), keys=K) == walked
+    assert mirror_deployment(walked, subject=rs, owner=mk("Deployment", "x"), keys=K) == walked
