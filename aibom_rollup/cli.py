@@ -37,7 +37,7 @@ from aibom_core.kinds import (
 )
 from aibom_core.rollup import RootEntry, inventory
 from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
-from aibom_core.walk import DEFAULT_MAX_DEPTH
+from aibom_core.walk import DEFAULT_MAX_DEPTH, WalkResult
 
 PROG = "aibom-rollup"
 OPT_IN_LABEL = "aibom.dev/enabled"
@@ -235,13 +235,15 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
 # -- tree --------------------------------------------------------------------
 
 
-def _record(graph: OwnershipGraph, key: str, keys: Keys) -> dict[str, Any]:
+def _record(
+    graph: OwnershipGraph, key: str, keys: Keys, results: dict[str, WalkResult]
+) -> dict[str, Any]:
     ref = graph.ref(key)
     obj = graph.get(key)
     assert ref is not None and obj is not None
     parent = graph.parent_of(key)
     stamp = mirror_deployment(
-        stamp_of(graph.resolve(obj)),
+        stamp_of(results[key]),
         subject=ref.group_kind,
         owner=graph.get(parent) if parent else None,
         keys=keys,
@@ -295,15 +297,16 @@ def cmd_tree(args: argparse.Namespace, out: TextIO) -> int:
     dump = read_dump(args.inputs)
     graph = _graph(args, dump)
     keys = keys_of(args)
+    results = graph.resolve_all()
     if args.output_format == "json":
-        records = [_record(graph, k, keys) for _, rows in _forest(graph) for _, k in rows]
+        records = [_record(graph, k, keys, results) for _, rows in _forest(graph) for _, k in rows]
         json.dump(records, out, indent=2)
         out.write("\n")
         return 0
     for ns, rows in _forest(graph):
         out.write(f"namespace {ns}\n")
         for depth, key in rows:
-            rec = _record(graph, key, keys)
+            rec = _record(graph, key, keys, results)
             line = f"{'  ' * (depth + 1)}{rec['kind']}/{rec['name']}  [{rec['rollup']}]"
             if rec["rollup"] == "rolled-up":
                 line += f" -> {rec['root']}"
