@@ -22,6 +22,7 @@ No I/O and no clock: the controller feeds it and drains the dirty keys.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -85,6 +86,7 @@ class ClusterState:
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.configmaps: dict[CmName, Obj] = {}
         self._cm_by_uid: dict[str, set[CmName]] = {}
+        self.kind_counts: Counter[GroupKind] = Counter()
         self.bulk = True
 
     # -- reading -------------------------------------------------------------
@@ -226,6 +228,8 @@ class ClusterState:
         old = self.graph.get(key)
         if old is not None and _same_version(old, obj):
             return Dirty()
+        if old is None:
+            self.kind_counts[ref.group_kind] += 1
         if self.bulk:
             self.graph.upsert(obj)
             return Dirty()
@@ -254,8 +258,10 @@ class ClusterState:
         return dirty
 
     def _graph_delete(self, key: str) -> Dirty:
-        if key not in self.graph:
+        ref = self.graph.ref(key)
+        if ref is None:
             return Dirty()
+        self.kind_counts[ref.group_kind] -= 1
         if self.bulk:
             self.graph.remove(key)
             return Dirty()

@@ -1,4 +1,4 @@
-"""What of an object the cache keeps. Pure.
+"""What of an object the cache keeps.
 
 The memory goal (10,000 Pods cached in well under 200 MB) rules out keeping
 objects as the API sends them: `managedFields` alone is often half of an
@@ -7,37 +7,49 @@ the service-account volume that no document reads. So:
 
 - every object: no `managedFields`, no `kubectl.kubernetes.io/last-applied-
   configuration` (a second copy of the spec);
-- walk-only intermediates other than Pods (ReplicaSet, Grove kinds, ...):
-  metadata only. A document is built from its root, its tracked members and
-  its Pods (`aibom_core.bom.RootView`); intermediates only carry ownership;
-- Pods: the fields the scrapers and the digest resolver read
-  (`aibom_core.scrape` for Pods: containers' name, image, command, args,
-  env, volumeMounts; `spec.volumes` entries that name a claim or host path,
-  the others reduced to their name so JSON pointers keep their indices;
-  container statuses' name, image, imageID), plus ownership metadata;
 - tracked kinds: everything else (their spec is what the document says);
+- walk-only intermediates other than Pods (ReplicaSet, Grove kinds, ...) and
+  Namespaces: metadata only. A document is built from its root, its tracked
+  members and its Pods (`aibom_core.bom.RootView`); intermediates only carry
+  ownership;
 - our ConfigMaps: metadata only (the input-hash annotation says what the
-  data is; the data itself, up to 1 MiB each, is never needed).
+  data is; the data itself, up to 1 MiB each, is never needed);
+- Pods: exactly what the walk, the stamps, the scrapers and the digest
+  resolver read (`aibom_core.scrape` on Pods, `pod_signature`,
+  `aibom_core.digests`): identity and ownerReferences; annotations under
+  our stamp prefix and `model.aibom.dev/`; the containers' name, image,
+  command, args, env and the mounts of model-source volumes;
+  `spec.volumes` entries that name a claim or host path, the others
+  reduced to `{}` so JSON pointers keep their indices; container
+  statuses' name, image and imageID.
 
-Repeated strings (namespaces, kinds, images) are interned, so 10,000 Pods
-of one image share one string. tests/unit/test_annotator_slim.py checks
-that a document built from slimmed objects is byte-identical to one built
-from the full objects.
+Pods of one ReplicaSet are alike once slimmed (the per-Pod token volume and
+its mount are gone), so equal parts are shared: a Pod's containers, volumes,
+statuses and ownerReferences are the previous sibling's objects when they
+compare equal (`==`, C speed). Cached objects are never mutated (an update
+replaces the whole object), which is what makes sharing safe. Repeated
+strings (namespaces, kinds, images) are interned.
+
+tests/unit/test_annotator_slim.py checks that a document built from slimmed
+objects is byte-identical to one built from the full objects.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
+from aibom_core.scrape import MODEL_NAME_ANNOTATION
+from aibom_core.stamp import DEFAULT_PREFIX
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 POD = GroupKind("", "Pod")
 CONFIGMAP = GroupKind("", "ConfigMap")
 NAMESPACE = GroupKind("", "Namespace")
+MODEL_PREFIX = MODEL_NAME_ANNOTATION.rpartition("/")[0] + "/"
 
 _META_KEYS = (
     "name",
@@ -51,12 +63,20 @@ _META_KEYS = (
     "deletionTimestamp",
     "creationTimestamp",
 )
-_CONTAINER_KEYS = ("name", "image", "command", "args", "env", "envFrom", "volumeMounts")
+_POD_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
+_CONTAINER_KEYS = ("name", "image", "command", "args", "env")
 _STATUS_KEYS = ("name", "image", "imageID")
+_SHARE_LIMIT = 50_000  # remembered siblings before the memo starts afresh
 
 
 def _i(value: Any) -> Any:
     return sys.intern(value) if isinstance(value, str) else value
+
+
+def _owner(ref: Any) -> Any:
+    if not isinstance(ref, dict):
+        return ref
+    return {k: _i(v) if k in ("apiVersion", "kind") else v for k, v in ref.items()}
 
 
 def slim_metadata(meta: Any) -> dict[str, Any]:
@@ -75,12 +95,6 @@ def slim_metadata(meta: Any) -> dict[str, Any]:
             value = [_owner(r) for r in value]
         out[key] = value
     return out
-
-
-def _owner(ref: Any) -> Any:
-    if not isinstance(ref, dict):
-        return ref
-    return {k: _i(v) if k in ("apiVersion", "kind") else v for k, v in ref.items()}
 
 
 def _head(obj: Obj) -> dict[str, Any]:
@@ -110,21 +124,96 @@ def slim_full(obj: Obj) -> Obj:
     return out
 
 
-def _container(c: Any) -> Any:
+def _model_source(v: Any) -> bool:
+    return isinstance(v, dict) and ("persistentVolumeClaim" in v or "hostPath" in v)
+
+
+class PodSlimmer:
+    """Slims Pods, sharing equal parts between siblings (see the module docstring)."""
+
+    def __init__(self, *, annotation_prefixes: Iterable[str]) -> None:
+        self.prefixes = tuple(annotation_prefixes)
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    def _share(self, owner: str, part: str, value: Any) -> Any:
+        slot = (owner, part)
+        known = self._memo.get(slot)
+        if known is not None and known == value:
+            return known
+        if len(self._memo) >= _SHARE_LIMIT:
+            self._memo.clear()
+        self._memo[slot] = value
+        return value
+
+    def _metadata(self, meta: Any, owner: str) -> dict[str, Any]:
+        if not isinstance(meta, dict):
+            return {}
+        out = {k: meta[k] for k in _POD_META_KEYS if k in meta}
+        if "namespace" in out:
+            out["namespace"] = _i(out["namespace"])
+        ann = meta.get("annotations")
+        if isinstance(ann, dict):
+            kept = {_i(k): _i(v) for k, v in ann.items() if k.startswith(self.prefixes)}
+            if kept:
+                out["annotations"] = kept
+        refs = meta.get("ownerReferences")
+        if isinstance(refs, list):
+            out["ownerReferences"] = self._share(owner, "refs", [_owner(r) for r in refs])
+        return out
+
+    def __call__(self, obj: Obj) -> Obj:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        assert isinstance(meta, dict)
+        refs = meta.get("ownerReferences")
+        owner = ""
+        if isinstance(refs, list):
+            owner = next(
+                (str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("controller")), ""
+            )
+        out: Obj = {
+            "apiVersion": _i(obj.get("apiVersion")),
+            "kind": _i(obj.get("kind")),
+            "metadata": self._metadata(meta, owner),
+        }
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            s: dict[str, Any] = {}
+            volumes = spec.get("volumes")
+            sources: set[Any] = set()
+            if isinstance(volumes, list):
+                slim_volumes = [v if _model_source(v) else {} for v in volumes]
+                sources = {v.get("name") for v in slim_volumes if v}
+                s["volumes"] = self._share(owner, "volumes", slim_volumes)
+            for key in ("initContainers", "containers"):
+                items = spec.get(key)
+                if isinstance(items, list):
+                    s[key] = self._share(owner, key, [_container(c, sources) for c in items])
+            out["spec"] = s
+        status = obj.get("status")
+        if isinstance(status, dict):
+            st: dict[str, Any] = {}
+            if "phase" in status:
+                st["phase"] = _i(status["phase"])
+            for key in ("initContainerStatuses", "containerStatuses"):
+                if key in status:
+                    st[key] = self._share(owner, key, _statuses(status[key]))
+            out["status"] = st
+        return out
+
+
+def _container(c: Any, sources: set[Any]) -> Any:
     if not isinstance(c, dict):
         return c
     out = {k: c[k] for k in _CONTAINER_KEYS if k in c}
     if "image" in out:
         out["image"] = _i(out["image"])
+    mounts = c.get("volumeMounts")
+    if isinstance(mounts, list):
+        # Only mounts of model-source volumes are ever read (scrape._mounts).
+        kept = [m for m in mounts if isinstance(m, dict) and m.get("name") in sources]
+        if kept:
+            out["volumeMounts"] = kept
     return out
-
-
-def _volume(v: Any) -> Any:
-    if not isinstance(v, dict):
-        return v
-    if "persistentVolumeClaim" in v or "hostPath" in v:
-        return v
-    return {"name": v.get("name")}
 
 
 def _statuses(items: Any) -> Any:
@@ -135,36 +224,14 @@ def _statuses(items: Any) -> Any:
     ]
 
 
-def slim_pod(obj: Obj) -> Obj:
-    out = _head(obj)
-    spec = obj.get("spec")
-    if isinstance(spec, dict):
-        s: dict[str, Any] = {}
-        for key in ("containers", "initContainers"):
-            if isinstance(spec.get(key), list):
-                s[key] = [_container(c) for c in spec[key]]
-        if isinstance(spec.get("volumes"), list):
-            s["volumes"] = [_volume(v) for v in spec["volumes"]]
-        out["spec"] = s
-    status = obj.get("status")
-    if isinstance(status, dict):
-        st: dict[str, Any] = {}
-        if "phase" in status:
-            st["phase"] = _i(status["phase"])
-        for key in ("containerStatuses", "initContainerStatuses"):
-            if key in status:
-                st[key] = _statuses(status[key])
-        out["status"] = st
-    return out
-
-
-def slimmer(registry: KindRegistry) -> Callable[[Obj], Obj]:
+def slimmer(registry: KindRegistry, *, stamp_prefix: str = DEFAULT_PREFIX) -> Callable[[Obj], Obj]:
     """The slimming function for objects of any kind under this registry."""
+    pods = PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX))
 
     def slim(obj: Obj) -> Obj:
         gk = group_kind_of(obj)
         if gk == POD:
-            return slim_pod(obj)
+            return pods(obj)
         if gk in (CONFIGMAP, NAMESPACE):
             return slim_metadata_only(obj)
         if registry.is_tracked(gk):

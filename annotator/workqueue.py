@@ -97,6 +97,7 @@ class WorkQueue(Generic[K]):
         self._seq = itertools.count()
         self._failures: dict[K, int] = {}
         self._wakeup: asyncio.Event | None = None
+        self._idle_event: asyncio.Event | None = None
         self._shut_down = False
 
     # -- adding ----------------------------------------------------------------
@@ -160,6 +161,15 @@ class WorkQueue(Generic[K]):
         if key in self._dirty and not self._shut_down:
             self._queue.append(key)
             self._wake()
+        elif self._idle_event is not None and self.idle():
+            self._idle_event.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until nothing is queued, delayed or in progress (or the queue shut down)."""
+        while not self.idle() and not self._shut_down:
+            event = self._idle_event = self._idle_event or asyncio.Event()
+            event.clear()
+            await event.wait()
 
     def next_ready_in(self) -> float | None:
         """Seconds until the earliest delayed key is due (None: nothing delayed)."""
@@ -189,6 +199,8 @@ class WorkQueue(Generic[K]):
         """Stop handing out keys; waiting `get` calls raise `QueueShutDown`."""
         self._shut_down = True
         self._wake()
+        if self._idle_event is not None:
+            self._idle_event.set()
 
     # -- introspection -----------------------------------------------------------
 

@@ -133,3 +133,15 @@ async def test_shut_down_releases_waiters() -> None:
         await asyncio.wait_for(getter, 1)
     q.add("late")
     assert len(q) == 0
+
+
+async def test_wait_idle_returns_once_the_last_key_is_done() -> None:
+    q: WorkQueue[str] = WorkQueue("t")
+    await asyncio.wait_for(q.wait_idle(), 1)  # idle from the start
+    q.add("a")
+    waiter = asyncio.create_task(q.wait_idle())
+    key = await q.get()
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # in progress is not idle
+    q.done(key)
+    await asyncio.wait_for(waiter, 1)

@@ -1,0 +1,219 @@
+"""What the cache keeps: documents and stamps from slimmed objects equal those from full ones."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from aibom_core.bom import RootView, build_document
+from aibom_core.graph import build_graph
+from aibom_core.kinds import default_registry
+from aibom_core.stamp import stamp_of
+from annotator.slim import slimmer
+from tests.unit.kobj import Obj, mk
+
+REG = default_registry()
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.1"
+
+
+def container(name: str = "main", *, token: str = "kube-api-access-abcde") -> Obj:
+    return {
+        "name": name,
+        "image": IMAGE,
+        "command": ["python3", "-m", "dynamo.vllm"],
+        "args": ["--model", "Qwen/Qwen3-0.6B"],
+        "env": [
+            {"name": "HF_HOME", "value": "/models"},
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        ],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": 9090}},
+        "volumeMounts": [
+            {"name": "models", "mountPath": "/models"},
+            {"name": "host", "mountPath": "/host"},
+            {"name": token, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "imagePullPolicy": "IfNotPresent",
+    }
+
+
+def api_pod(
+    name: str, owner: Obj, *, token: str, digest: str, annotations: dict[str, str] | None = None
+) -> Obj:
+    """A Pod the way the API server returns it (managedFields, defaults, token volume)."""
+    pod = mk(
+        "Pod",
+        name,
+        owner,
+        labels={"app": "x", "pod-template-hash": "5f7b"},
+        annotations={
+            "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+            "aibom.dev/rollup": "rolled-up",
+            **(annotations or {}),
+        },
+        spec={
+            "initContainers": [
+                {
+                    "name": "init",
+                    "image": "busybox:1",
+                    "volumeMounts": [{"name": token, "mountPath": "/t"}],
+                }
+            ],
+            "containers": [container(token=token)],
+            "volumes": [
+                {
+                    "name": token,
+                    "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]},
+                },
+                {"name": "models", "persistentVolumeClaim": {"claimName": "model-cache"}},
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                {"name": "host", "hostPath": {"path": "/data/models"}},
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "nodeName": "n1",
+        },
+        status={
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "initContainerStatuses": [
+                {
+                    "name": "init",
+                    "image": "busybox:1",
+                    "imageID": "docker.io/library/busybox@" + "sha256:" + "b" * 64,
+                    "ready": True,
+                }
+            ],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "imageID": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime@{digest}",
+                    "ready": True,
+                    "restartCount": 0,
+                }
+            ],
+        },
+    )
+    pod["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    pod["metadata"]["creationTimestamp"] = "2026-10-05T12:00:00Z"
+    return pod
+
+
+def family() -> list[Obj]:
+    spec = {
+        "components": [
+            {
+                "name": "worker",
+                "type": "worker",
+                "podTemplate": {"spec": {"containers": [container()]}},
+            }
+        ]
+    }
+    dgd = mk(
+        "DynamoGraphDeployment",
+        "g",
+        spec=spec,
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+    )
+    dgd["metadata"]["creationTimestamp"] = "2026-10-05T11:00:00Z"
+    dgd["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    dcd = mk(
+        "DynamoComponentDeployment",
+        "g-worker",
+        dgd,
+        spec={"type": "worker", "podTemplate": {"spec": {"containers": [container()]}}},
+    )
+    dep = mk(
+        "Deployment", "g-worker", dcd, spec={"template": {"spec": {"containers": [container()]}}}
+    )
+    rs = mk(
+        "ReplicaSet",
+        "g-worker-5f7b",
+        dep,
+        spec={"template": {"spec": {"containers": [container()]}}},
+    )
+    pods = [
+        api_pod("g-worker-5f7b-a", rs, token="kube-api-access-aaaaa", digest="sha256:" + "1" * 64),
+        api_pod("g-worker-5f7b-b", rs, token="kube-api-access-bbbbb", digest="sha256:" + "1" * 64),
+        api_pod(
+            "g-worker-5f7b-c",
+            rs,
+            token="kube-api-access-ccccc",
+            digest="sha256:" + "2" * 64,
+            annotations={
+                "model.aibom.dev/name": "Qwen/Qwen3-0.6B",
+                "model.aibom.dev/revision": "abc",
+            },
+        ),
+    ]
+    return [dgd, dcd, dep, rs, *pods]
+
+
+def documents(objs: list[Obj]) -> tuple[bytes, dict[str, Any]]:
+    graph = build_graph(objs, REG)
+    root_key = objs[0]["metadata"]["uid"]
+    owned, pods = graph.members(root_key)
+    view = RootView(
+        root=graph.get(root_key) or {},
+        status="root",
+        reason=None,
+        owned=tuple(graph.get(k) or {} for k in owned),
+        pods=tuple(graph.get(k) or {} for k in pods),
+    )
+    doc = build_document(view, REG, tool_version="t")
+    stamps = {k: stamp_of(graph.resolve(graph.get(k) or {})) for k in graph}
+    return doc.json_bytes, stamps
+
+
+@pytest.mark.parametrize("stamp_prefix", ["aibom.dev/", "example.org/"])
+def test_documents_and_stamps_from_slim_objects_are_identical(stamp_prefix: str) -> None:
+    full = family()
+    slim = slimmer(REG, stamp_prefix=stamp_prefix)
+    slimmed = [slim(copy.deepcopy(o)) for o in full]
+    assert documents(slimmed) == documents(full)
+    doc = documents(full)[0]
+    assert b"2" * 64 in doc and b"1" * 64 in doc  # both digests seen in pod status
+
+
+def test_what_is_dropped_and_what_is_kept() -> None:
+    slim = slimmer(REG)
+    dgd, _dcd, _dep, rs, pod, *_ = [slim(copy.deepcopy(o)) for o in family()]
+    assert "managedFields" not in dgd["metadata"]
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in dgd["metadata"]["annotations"]
+    assert dgd["spec"]  # tracked: the spec is the document
+    assert set(rs) == {"apiVersion", "kind", "metadata"}  # walk-only: ownership only
+    assert set(pod["metadata"]) == {"name", "namespace", "uid", "annotations", "ownerReferences"}
+    assert pod["metadata"]["annotations"] == {"aibom.dev/rollup": "rolled-up"}
+    assert [v for v in pod["spec"]["volumes"]] == [
+        {},
+        {"name": "models", "persistentVolumeClaim": {"claimName": "model-cache"}},
+        {},
+        {"name": "host", "hostPath": {"path": "/data/models"}},
+    ]
+    main = pod["spec"]["containers"][0]
+    assert set(main) == {"name", "image", "command", "args", "env", "volumeMounts"}
+    assert [m["name"] for m in main["volumeMounts"]] == ["models", "host"]
+    assert "volumeMounts" not in pod["spec"]["initContainers"][0]
+    assert pod["status"]["containerStatuses"] == [
+        {
+            "name": "main",
+            "image": IMAGE,
+            "imageID": "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + "1" * 64,
+        }
+    ]
+
+
+def test_siblings_share_equal_parts_only() -> None:
+    slim = slimmer(REG)
+    *_, a, b, c = [slim(copy.deepcopy(o)) for o in family()]
+    assert a["spec"]["containers"] is b["spec"]["containers"]  # per-pod token mount gone
+    assert a["spec"]["volumes"] is b["spec"]["volumes"]
+    assert a["metadata"]["ownerReferences"] is b["metadata"]["ownerReferences"]
+    assert a["status"]["containerStatuses"] is b["status"]["containerStatuses"]
+    # c reports another digest: equal parts shared, the different one not.
+    assert c["status"]["containerStatuses"] is not b["status"]["containerStatuses"]
+    assert c["status"]["containerStatuses"] != b["status"]["containerStatuses"]
+    assert c["spec"]["containers"] is b["spec"]["containers"]
