@@ -155,7 +155,8 @@ class Informer:
                     self._restarted("error")
                     await self._backoff(str(exc) or type(exc).__name__)
         finally:
-            self._set(InformerState.STOPPED)
+            if self.state is not InformerState.NO_MATCH:  # keep saying why it ended
+                self._set(InformerState.STOPPED)
 
     async def _backoff(self, error: str) -> None:
         self._set(InformerState.BACKOFF, error)

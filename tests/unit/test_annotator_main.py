@@ -1,0 +1,82 @@
+"""The `aibom-rollup annotator` command line: flags, help, and errors that say what is wrong."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from aibom_rollup.cli import UsageError, build_parser
+from annotator.main import configure_parser, settings_of
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    configure_parser(p)
+    return p.parse_args(list(argv))
+
+
+def test_help_names_every_operational_flag() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "annotator", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for flag in (
+        "--kubeconfig",
+        "--namespace-label",
+        "--lease-namespace",
+        "--lease-name",
+        "--identity",
+        "--metrics-port",
+        "--health-port",
+        "--leader-elect",
+        "--stamp-repair",
+        "--max-document-bytes",
+        "--kinds",
+    ):
+        assert flag in out, flag
+    assert "Exit codes" in out
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    settings, election = settings_of(parse())
+    assert settings.namespace_label == ("aibom.dev/enabled", "true")
+    assert settings.stamp_mode == "opted-in"
+    assert settings.size_limit == 1 << 20
+    assert election is not None
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (15, 10, 2)
+    assert election.name == "aibom-rollup-annotator"
+    _, none = settings_of(parse("--no-leader-elect"))
+    assert none is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--namespace-label", "=x"], "--namespace-label"),
+        (["--lease-duration", "5", "--renew-deadline", "10"], "retry period < renew deadline"),
+        (["--max-depth", "0"], "--max-depth"),
+        (["--annotation-prefix", "nope"], "annotation prefix"),
+        (["--kinds", "/nonexistent/kinds.yaml"], "/nonexistent/kinds.yaml"),
+    ],
+)
+def test_bad_configuration_is_a_usage_error(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        settings_of(parse(*argv))
+
+
+@pytest.mark.parametrize(
+    "argv", [["--workers", "0"], ["--write-qps", "-1"], ["--stamp-repair", "some"]]
+)
+def test_nonsense_numbers_are_refused_by_the_parser(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse(*argv)
+
+
+def test_the_cli_dispatches_to_the_annotator() -> None:
+    args = build_parser(["annotator"]).parse_args(["annotator", "--no-leader-elect"])
+    assert args.command == "annotator" and args.leader_elect is False
