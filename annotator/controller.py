@@ -70,6 +70,7 @@ class Settings:
     stamp_burst: int = 50
     size_limit: int = MAX_DATA_BYTES
     forbidden_retry: float = 30.0
+    sync_timeout: float = 30.0
 
     @property
     def generator(self) -> str:
@@ -216,8 +217,17 @@ class Controller:
             dirty = self.state.drop_kind(gk)
             dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
             self._dirty(dirty)
+        elif informer.degraded:
+            self._once(
+                ("degraded", str(gk)),
+                "kind cannot be listed; walks through it end unresolved (Timeout) until it can",
+                kind=str(gk),
+                error=informer.last_error,
+            )
+            self._dirty(self.state.set_unavailable(gk, Reason.TIMEOUT))
         elif informer.state is InformerState.WATCHING:
             self._logged.discard(("forbidden", str(gk)))
+            self._logged.discard(("degraded", str(gk)))
             self._dirty(self.state.set_unavailable(gk, None))
         self._check_synced()
 
@@ -347,6 +357,7 @@ class Controller:
             page_size=self.settings.page_size,
             watch_timeout=self.settings.watch_timeout,
             forbidden_retry=self.settings.forbidden_retry,
+            sync_timeout=self.settings.sync_timeout,
         )
         self.informers[gk] = informer
         self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")
@@ -358,6 +369,10 @@ class Controller:
 
     async def _housekeeping(self) -> None:
         while True:
+            for informer in list(self.informers.values()):
+                if informer.degraded and self.state.graph.unavailable.get(informer.gk) is None:
+                    self.status(informer)  # a first list failing for too long
+            self._check_synced()
             self.metrics.queue_depth.labels("documents").set(len(self.docs))
             self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
             counts = dict(self.state.kind_counts)

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
@@ -84,6 +85,8 @@ class Informer:
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
         forbidden_retry: float = 30.0,
+        sync_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -102,17 +105,31 @@ class Informer:
         self.last_error = ""
         self.relists = 0
         self._failures = 0
+        self.sync_timeout = sync_timeout
+        self._clock = clock
+        self.started_at = clock()
 
     @property
     def healthy(self) -> bool:
         return self.synced.is_set() and self.state is InformerState.WATCHING
 
     @property
+    def degraded(self) -> bool:
+        """Never synced, and failing for longer than `sync_timeout` (e.g. a broken
+        conversion webhook answering 500): the others must not wait for it."""
+        return (
+            not self.synced.is_set()
+            and self.state is InformerState.BACKOFF
+            and self._clock() - self.started_at > self.sync_timeout
+        )
+
+    @property
     def settled(self) -> bool:
-        """Synced once, or known not to be readable: readiness does not wait for it."""
-        return self.synced.is_set() or self.state in (
-            InformerState.FORBIDDEN,
-            InformerState.NO_MATCH,
+        """Synced once, known not to be readable, or degraded: readiness does not wait."""
+        return (
+            self.synced.is_set()
+            or self.state in (InformerState.FORBIDDEN, InformerState.NO_MATCH)
+            or self.degraded
         )
 
     def _set(self, state: InformerState, error: str = "") -> None:

@@ -189,6 +189,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "watched without a restart (default: 30)",
     )
     work.add_argument(
+        "--sync-timeout",
+        type=pos_float,
+        default=30.0,
+        metavar="S",
+        help="a kind whose first list still fails after this long stops holding up the "
+        "others: walks through it end unresolved (Timeout) until it lists (default: 30)",
+    )
+    work.add_argument(
         "--page-size",
         type=pos_int,
         default=500,
@@ -272,6 +280,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         stamp_qps=args.stamp_qps,
         stamp_burst=args.stamp_burst,
         size_limit=args.max_document_bytes,
+        sync_timeout=args.sync_timeout,
     )
     election = None
     if args.leader_elect:

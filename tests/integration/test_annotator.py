@@ -17,6 +17,7 @@ an annotator never touches another test's objects.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import http.client
 import json
@@ -1116,32 +1117,7 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
 ) -> None:
     kinds = tmp_path / "kinds.yaml"
     kinds.write_text("tracked:\n  - {group: aibom-test.example.com, kind: Widget}\n")
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "aibom-annotator-widgets"},
-        "rules": [
-            {
-                "apiGroups": ["aibom-test.example.com"],
-                "resources": ["widgets"],
-                "verbs": ["list", "watch", "patch"],
-            }
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "aibom-annotator-widgets"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "aibom-annotator-widgets",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "aibom-annotator"}
-        ],
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    grant_extra(kubectl, "aibom-annotator", "widgets")
     control_plane.delete_crd("widgets.aibom-test.example.com")
     a = start(f"--kinds={kinds}")
     apply(kubectl, dcd(ns, "other"))  # the other kinds work meanwhile
@@ -1173,6 +1149,97 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
     apply(kubectl, dcd(ns, "after"))
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-after")
     assert a.ready()
+
+
+def test_a_kind_that_cannot_be_listed_does_not_hold_up_the_others(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    ns: str,
+    start: Callable[..., Annotator],
+    tmp_path: Path,
+) -> None:
+    # A CRD whose preferred version needs a conversion webhook that is down:
+    # every LIST at that version fails with 500, as with a broken operator.
+    crd = copy.deepcopy(WIDGET_CRD)
+    crd["metadata"]["name"] = "gadgets.aibom-test.example.com"
+    crd["spec"]["names"] = {
+        "kind": "Gadget",
+        "plural": "gadgets",
+        "singular": "gadget",
+        "listKind": "GadgetList",
+    }
+    schema = crd["spec"]["versions"][0]["schema"]
+    crd["spec"]["versions"].append(
+        {"name": "v2", "served": True, "storage": False, "schema": schema}
+    )
+    crd["spec"]["conversion"] = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:1/convert"},
+        },
+    }
+    crd_file = tmp_path / "gadget-crd.yaml"
+    crd_file.write_text(yaml.safe_dump(crd))
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text("walkOnly:\n  - {group: aibom-test.example.com, kind: Gadget}\n")
+    grant_extra(kubectl, "aibom-annotator", "gadgets")
+    control_plane.install_crd(crd_file)
+    try:
+        gadget = apply(
+            kubectl,
+            {
+                "apiVersion": "aibom-test.example.com/v1",
+                "kind": "Gadget",
+                "metadata": meta(ns, "g"),
+                "spec": {},
+            },
+        )
+        a = start(f"--kinds={kinds}", "--sync-timeout=3")
+        apply(kubectl, dcd(ns, "unaffected"))
+        apply(kubectl, deployment(ns, "owned-by-gadget", gadget, replicas=0))
+        wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-unaffected")
+        cm = wait_doc(control_plane, ns, "aibom-deployment-owned-by-gadget")
+        props = {p["name"]: p["value"] for p in document(cm)["metadata"]["component"]["properties"]}
+        assert props["aibom.rollup.unresolved"] == "Timeout aibom-test.example.com/Gadget/g"
+        gadget_kind = {"group": "aibom-test.example.com", "kind": "Gadget"}
+        assert a.metric("aibom_annotator_watch_healthy", gadget_kind) == 0
+        assert (
+            a.metric("aibom_annotator_watch_restarts_total", {**gadget_kind, "reason": "error"})
+            >= 1
+        )
+        assert a.ready()
+        assert (
+            a.metric("aibom_rollup_unresolved_total", {"kind": "Deployment", "reason": "Timeout"})
+            >= 1
+        )
+        assert any(r.get("msg", "").startswith("kind cannot be listed") for r in a.records())
+    finally:
+        control_plane.delete_crd("gadgets.aibom-test.example.com")
+
+
+def grant_extra(kubectl: Kubectl, user: str, resource: str) -> None:
+    name = f"{user}-{resource}"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [
+            {
+                "apiGroups": ["aibom-test.example.com"],
+                "resources": [resource],
+                "verbs": ["list", "watch", "patch"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
 
 
 # -- operations: leader election, shutdown, API server restart --

@@ -222,3 +222,27 @@ async def test_expired_continue_token_restarts_the_list() -> None:
     _, sink = await drive(script, page_size=1)
     assert script.list_params[2] == {"limit": "1"}
     assert sorted(sink.objects) == ["u-a", "u-b"]
+
+
+async def test_a_first_list_failing_too_long_is_degraded_not_waited_for() -> None:
+    broken = KubeResponse(500, {"message": "conversion webhook failed"}, {})
+    script = Script(lists=[broken], watches=[])
+    now = [0.0]
+    sink = Sink()
+    inf = Informer(
+        script,  # type: ignore[arg-type]
+        RES,
+        gk=GK,
+        sink=sink,
+        slim=lambda o: o,
+        backoff_base=10,  # stays in backoff after the first failure
+        sync_timeout=30,
+        clock=lambda: now[0],
+    )
+    task = asyncio.create_task(inf.run())
+    await asyncio.sleep(0.05)
+    assert inf.state is InformerState.BACKOFF and not inf.degraded and not inf.settled
+    now[0] = 31.0
+    assert inf.degraded and inf.settled and not inf.synced.is_set()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
