@@ -177,8 +177,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         type=float,
         default=2.0,
         metavar="S",
-        help="seconds an object must be quiet before its stamp is judged, so "
-        "the webhook's fresh stamp is not second-guessed (default: 2)",
+        help="seconds from an object's change to the judging of its stamp, so the "
+        "cache can catch up with what the webhook saw live (default: 2)",
     )
     work.add_argument(
         "--rediscovery-interval",
