@@ -87,14 +87,16 @@ class ClusterState:
         self.configmaps: dict[CmName, Obj] = {}
         self._cm_by_uid: dict[str, set[CmName]] = {}
         self.kind_counts: Counter[GroupKind] = Counter()
+        self._opted: set[str] = set()
+        self._opted_frozen: frozenset[str] = frozenset()
         self.bulk = True
 
     # -- reading -------------------------------------------------------------
 
     def opted_in(self, namespace: str) -> bool:
-        labels = self.namespaces.get(namespace)
-        if labels is None:
-            return False
+        return namespace in self._opted
+
+    def _labelled(self, labels: Mapping[str, str]) -> bool:
         key, value = self.opt_in_label
         return labels.get(key) == value
 
@@ -125,7 +127,12 @@ class ClusterState:
         return out
 
     def opted_in_namespaces(self) -> list[str]:
-        return sorted(ns for ns in self.namespaces if self.opted_in(ns))
+        return sorted(self._opted)
+
+    @property
+    def opted_in_set(self) -> frozenset[str]:
+        """The opted-in namespaces (kept current from Namespace events; do not mutate)."""
+        return self._opted_frozen
 
     def docs_of(self, uid: str) -> list[Obj]:
         """Our ConfigMaps labelled as the document of the object with this UID."""
@@ -294,10 +301,15 @@ class ClusterState:
         was = self.opted_in(name)
         if deleted:
             self.namespaces.pop(name, None)
+            self._opted.discard(name)
+            self._opted_frozen = frozenset(self._opted)
             return Dirty()
         labels = meta.get("labels")
         self.namespaces[name] = dict(labels) if isinstance(labels, dict) else {}
-        now = self.opted_in(name)
+        now = self._labelled(self.namespaces[name])
+        if now != was:
+            (self._opted.add if now else self._opted.discard)(name)
+            self._opted_frozen = frozenset(self._opted)
         if self.bulk or was == now:
             return Dirty()
         if now:

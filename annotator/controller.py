@@ -244,7 +244,11 @@ class Controller:
         for sweep in dirty.sweeps:
             self.docs.add(sweep)
         if self.settings.stamp_mode != "off":
+            scope = self._stamp_scope()
             for key in dirty.stamps:
+                ref = self.state.graph.ref(key)
+                if ref is None or (scope is not None and ref.namespace not in scope):
+                    continue
                 # Settle first: the webhook stamped the object from live GETs a
                 # moment ago, and our cache may not have seen its owner yet.
                 self.stamps.add_after(key, self.settings.stamp_settle)
@@ -264,10 +268,10 @@ class Controller:
                 if ref is not None and (scope is None or ref.namespace in scope):
                     self.stamps.add_after(key, self.settings.stamp_settle)
 
-    def _stamp_scope(self) -> set[str] | None:
+    def _stamp_scope(self) -> frozenset[str] | None:
         if self.settings.stamp_mode == "all":
             return None
-        return set(self.state.opted_in_namespaces())
+        return self.state.opted_in_set
 
     # -- readiness ----------------------------------------------------------------------
 
@@ -373,6 +377,7 @@ class Controller:
                 if informer.degraded and self.state.graph.unavailable.get(informer.gk) is None:
                     self.status(informer)  # a first list failing for too long
             self._check_synced()
+            self.ledger.prune()
             self.metrics.queue_depth.labels("documents").set(len(self.docs))
             self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
             counts = dict(self.state.kind_counts)

@@ -44,5 +44,10 @@ class RepairLedger:
     def forget(self, key: str) -> None:
         self._repairs.pop(key, None)
 
+    def prune(self) -> None:
+        """Drop every entry past the window (objects deleted since, or quiet)."""
+        for key in list(self._repairs):
+            self._recent(key)
+
     def __len__(self) -> int:
         return len(self._repairs)

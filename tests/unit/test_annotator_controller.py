@@ -14,6 +14,7 @@ from annotator.cache import CONFIGMAP, NAMESPACE
 from annotator.configmap import DocLabels, configmap_body, fit
 from annotator.controller import Controller, Settings
 from annotator.keys import RootKey
+from annotator.ledger import RepairLedger
 from annotator.plan import DocRef
 from annotator.writer import WriteError
 from tests.unit.kobj import Obj, chain
@@ -107,3 +108,19 @@ async def test_outcomes_are_counted_for_the_root_and_what_it_absorbed() -> None:
     labels = {"kind": "StatefulSet", "outcome": "rolled_up"}
     assert value("aibom_workload_reconcile_outcomes_total", labels) == 1
     assert value("aibom_annotator_documents_deleted_total", {"reason": "rolled_up"}) == 1
+
+
+def test_ledger_leaves_contested_objects_alone_for_a_window() -> None:
+    now = [0.0]
+    ledger = RepairLedger(limit=2, window=600, now=lambda: now[0])
+    assert not ledger.contested("rs")
+    ledger.record("rs")
+    now[0] = 5
+    ledger.record("rs")
+    assert ledger.contested("rs")
+    now[0] = 601  # the first repair left the window
+    assert not ledger.contested("rs")
+    ledger.record("pod")
+    now[0] = 2000
+    ledger.prune()
+    assert len(ledger) == 0
