@@ -17,7 +17,7 @@ Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
 
     ensure_binaries() -> Path         # build unless cached; return the bin/ folder
     kubectl_path() -> Path            # the version-matched kubectl (builds if needed)
-    shared_dir() -> Path              # $AIBOM_SHARED_DIR or <repo>/../shared/upstream
+    shared_dir() -> Path              # $AIBOM_SHARED_DIR or the vendored <repo>/tests/upstream
     child_env() -> dict[str, str]     # os.environ without proxy vars, NO_PROXY=loopback,
                                       # no KUBECONFIG: use it for processes you start
     K8S_VERSION, ETCD_VERSION         # "v1.36.3", "v3.6.8"
@@ -166,9 +166,13 @@ def cache_dir() -> Path:
 
 
 def shared_dir() -> Path:
-    """The upstream data folder: ``$AIBOM_SHARED_DIR`` or ``<repo>/../shared/upstream``."""
+    """The upstream data folder: ``$AIBOM_SHARED_DIR``, else the vendored ``tests/upstream``.
+
+    ``tests/upstream`` is a copy of the CRDs and examples of ``../shared/upstream``
+    that the tests use (see its SOURCES.md), so a clone runs anywhere.
+    """
     env = os.environ.get("AIBOM_SHARED_DIR")
-    return Path(env).expanduser() if env else REPO_ROOT.parent / "shared" / "upstream"
+    return Path(env).expanduser() if env else REPO_ROOT / "tests" / "upstream"
 
 
 def _build_inputs() -> list[Path]:

@@ -16,7 +16,7 @@ from aibom_core.scrape import Container, scrape
 
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR")
-    or Path(__file__).resolve().parents[3] / "shared" / "upstream"
+    or Path(__file__).resolve().parents[1] / "upstream"  # vendored copy of ../shared/upstream
 )
 D = Confidence.DECLARED
 I = Confidence.INFERRED  # noqa: E741
