@@ -1076,6 +1076,109 @@ def test_forged_and_missing_stamps_are_repaired(
     )
 
 
+def test_with_the_webhook_running_stamps_are_agreed_not_fought(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    ns: str,
+    start: Callable[..., Annotator],
+    tmp_path: Path,
+) -> None:
+    """The real webhook stamps at admission; the annotator only fills in what it cannot.
+
+    A root's own UID is not known on CREATE, so the webhook leaves
+    `root-uid` out on the roots; the annotator adds it (one patch per root).
+    Everything else already agrees, and nothing flips back and forth: not the
+    ReplicaSets the deployment controller keeps copying annotations onto.
+    """
+    from tests.integration.test_webhook import Webhook, shipped_role
+    from tests.integration.test_webhook import grant as grant_webhook
+
+    hook_kubeconfig = grant_webhook(
+        control_plane, kubectl, "aibom-webhook-for-annotator", shipped_role()
+    )
+    hook = Webhook(
+        control_plane,
+        tmp_path,
+        name="aibom-rollup-annotator-test",
+        kubeconfig=hook_kubeconfig,
+        selector={LABEL_KEY: ns},
+    )
+    hook.start()
+    hook.register(kubectl)
+    try:
+
+        def webhook_on() -> bool:
+            probe = pod(ns, "probe", None, "registry.example/app:1")
+            out = kubectl(
+                "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)
+            )
+            ann = json.loads(out.stdout)["metadata"].get("annotations") or {}
+            return ann.get("aibom.dev/rollup") == "uncovered"
+
+        wait_for("the webhook to take effect", webhook_on)
+        a = start()
+        graph = apply(kubectl, dgd(ns, "g"))
+        comp = apply(kubectl, dcd(ns, "g-worker", graph))
+        apply(kubectl, deployment(ns, "g-worker", comp, replicas=2))
+        web = apply(kubectl, deployment(ns, "web", replicas=1))
+
+        def everything() -> list[Obj] | None:
+            body = get(control_plane, f"/api/v1/namespaces/{ns}/pods") or {}
+            pods = body.get("items") or []
+            return pods if len(pods) == 3 else None
+
+        wait_for("the controller-manager's Pods", everything, 60)
+        wait_for(
+            "two documents",
+            lambda: (
+                set(docs(control_plane, ns))
+                == {"aibom-dynamographdeployment-g", "aibom-deployment-web"}
+            ),
+        )
+
+        def stamps() -> dict[str, dict[str, str]]:
+            out: dict[str, dict[str, str]] = {}
+            for path in (
+                "/api/v1/namespaces/{ns}/pods",
+                "/apis/apps/v1/namespaces/{ns}/replicasets",
+                "/apis/apps/v1/namespaces/{ns}/deployments",
+                "/apis/nvidia.com/v1beta1/namespaces/{ns}/dynamocomponentdeployments",
+                "/apis/nvidia.com/v1beta1/namespaces/{ns}/dynamographdeployments",
+            ):
+                for o in (get(control_plane, path.format(ns=ns)) or {}).get("items", []):
+                    ann = o["metadata"].get("annotations") or {}
+                    out[f"{o.get('kind') or path.rsplit('/', 1)[1]}/{o['metadata']['name']}"] = {
+                        k: v for k, v in ann.items() if k.startswith("aibom.dev/")
+                    }
+            return out
+
+        def settled() -> bool:
+            s = stamps()
+            return (
+                all("aibom.dev/root-uid" in v for v in s.values()) and len(s) == 3 + 2 + 2 + 1 + 1
+            )
+
+        wait_for("every stamp complete", settled, 30)
+        repairs = a.metric("aibom_annotator_stamp_repairs_total")
+        before = stamps()
+        time.sleep(6)
+        assert stamps() == before
+        assert a.metric("aibom_annotator_stamp_repairs_total") == repairs
+        # Only the roots' own root-uid needed the annotator.
+        assert repairs == 2, (repairs, a.records()[-20:])
+        uid = graph["metadata"]["uid"]
+        for name, st in before.items():
+            if name.startswith("pods/") and "web" not in name:
+                assert (
+                    st["aibom.dev/root"] == "DynamoGraphDeployment/g"
+                    and st["aibom.dev/root-uid"] == uid
+                )
+        assert web["metadata"]["uid"] in {v["aibom.dev/root-uid"] for v in before.values()}
+    finally:
+        hook.unregister(kubectl)
+        hook.stop()
+
+
 # -- degradation: CRDs come and go --
 
 WIDGET_CRD = {
