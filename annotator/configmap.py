@@ -43,6 +43,8 @@ FIELD_MANAGER = "aibom-rollup-annotator"
 # lengths of every data and binaryData value against MaxSecretSize = 1 MiB.
 MAX_DATA_BYTES = 1 << 20
 TRUNCATED_PREFIX = "aibom.truncated"
+# Set by annotator.slim on a cached ConfigMap whose data another writer owns.
+FOREIGN_DATA = "\x00foreign-data"
 OWNED_PREFIX = "aibom.rollup.owned."
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -306,9 +308,10 @@ def is_current(
 
     Compared on metadata only (the cache keeps no data): the input hash and
     generator say the content is the same, the labels and ownerReference
-    that it is still ours and tied to this root.
+    that it is still ours and tied to this root, and no other writer owns
+    part of the data (someone edited it: rewrite).
     """
-    if cm is None:
+    if cm is None or cm.get(FOREIGN_DATA):
         return False
     meta = metadata(cm)
     ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}

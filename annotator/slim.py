@@ -13,7 +13,9 @@ the service-account volume that no document reads. So:
   members and its Pods (`aibom_core.bom.RootView`); intermediates only carry
   ownership;
 - our ConfigMaps: metadata only (the input-hash annotation says what the
-  data is; the data itself, up to 1 MiB each, is never needed);
+  data is; the data itself, up to 1 MiB each, is never needed), and a
+  marker when `managedFields` show that another writer owns part of the
+  data (someone edited the document);
 - Pods: exactly what the walk, the stamps, the scrapers and the digest
   resolver read (`aibom_core.scrape` on Pods, `pod_signature`,
   `aibom_core.digests`): identity and ownerReferences; annotations under
@@ -42,8 +44,10 @@ from typing import Any
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
+from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
 from aibom_core.scrape import MODEL_NAME_ANNOTATION
 from aibom_core.stamp import DEFAULT_PREFIX
+from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 POD = GroupKind("", "Pod")
@@ -107,6 +111,31 @@ def _head(obj: Obj) -> dict[str, Any]:
 
 def slim_metadata_only(obj: Obj) -> Obj:
     return _head(obj)
+
+
+# A private marker on a slimmed ConfigMap (never sent anywhere): someone other
+# than us wrote its data. The cache keeps no data to compare with, but
+# managedFields say who owns which field; `configmap.is_current` treats a
+# marked document as stale, and the next server-side apply (force) takes the
+# fields back.
+def slim_configmap(obj: Obj, *, field_manager: str) -> Obj:
+    out = _head(obj)
+    managed = (obj.get("metadata") or {}).get("managedFields")
+    for entry in managed if isinstance(managed, list) else ():
+        if not isinstance(entry, dict) or entry.get("manager") == field_manager:
+            continue
+        fields = entry.get("fieldsV1")
+        if not isinstance(fields, dict):
+            continue
+        # Only our own keys count: a key someone else added stays theirs after
+        # our apply, and flagging it would make every reconcile rewrite.
+        data, binary = fields.get("f:data"), fields.get("f:binaryData")
+        if (isinstance(data, dict) and f"f:{DATA_KEY}" in data) or (
+            isinstance(binary, dict) and f"f:{DATA_KEY_GZ}" in binary
+        ):
+            out[FOREIGN_DATA] = True
+            break
+    return out
 
 
 def slim_full(obj: Obj) -> Obj:
@@ -224,7 +253,12 @@ def _statuses(items: Any) -> Any:
     ]
 
 
-def slimmer(registry: KindRegistry, *, stamp_prefix: str = DEFAULT_PREFIX) -> Callable[[Obj], Obj]:
+def slimmer(
+    registry: KindRegistry,
+    *,
+    stamp_prefix: str = DEFAULT_PREFIX,
+    field_manager: str = FIELD_MANAGER,
+) -> Callable[[Obj], Obj]:
     """The slimming function for objects of any kind under this registry."""
     pods = PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX))
 
@@ -232,7 +266,9 @@ def slimmer(registry: KindRegistry, *, stamp_prefix: str = DEFAULT_PREFIX) -> Ca
         gk = group_kind_of(obj)
         if gk == POD:
             return pods(obj)
-        if gk in (CONFIGMAP, NAMESPACE):
+        if gk == CONFIGMAP:
+            return slim_configmap(obj, field_manager=field_manager)
+        if gk == NAMESPACE:
             return slim_metadata_only(obj)
         if registry.is_tracked(gk):
             return slim_full(obj)

@@ -1031,6 +1031,32 @@ def test_namespace_that_stops_opting_in_loses_its_documents(
     wait_for("documents back", lambda: len(docs(control_plane, ns)) == 2)
 
 
+def test_a_document_someone_edited_or_deleted_is_restored(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator
+) -> None:
+    apply(kubectl, dcd(ns, "kept"))
+    name = "aibom-dynamocomponentdeployment-kept"
+    original = unpack(wait_doc(control_plane, ns, name))
+    kubectl(
+        "patch",
+        "-n",
+        ns,
+        f"configmap/{name}",
+        "--type=merge",
+        "-p",
+        json.dumps({"data": {"aibom.json": '{"tampered": true}'}}),
+    )
+    wait_for(
+        "the edited document restored",
+        lambda: unpack(docs(control_plane, ns).get(name) or {}) == original,
+    )
+    kubectl("delete", "-n", ns, f"configmap/{name}")
+    wait_for(
+        "the deleted document restored",
+        lambda: unpack(docs(control_plane, ns).get(name) or {}) == original,
+    )
+
+
 # -- stamps --
 
 

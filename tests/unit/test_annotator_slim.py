@@ -11,6 +11,7 @@ from aibom_core.bom import RootView, build_document
 from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import stamp_of
+from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 from annotator.slim import slimmer
 from tests.unit.kobj import Obj, mk
 
@@ -217,3 +218,30 @@ def test_siblings_share_equal_parts_only() -> None:
     assert c["status"]["containerStatuses"] is not b["status"]["containerStatuses"]
     assert c["status"]["containerStatuses"] != b["status"]["containerStatuses"]
     assert c["spec"]["containers"] is b["spec"]["containers"]
+
+
+def managed_cm(*entries: tuple[str, dict[str, Any]]) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "aibom-deployment-d",
+            "namespace": "ns",
+            "managedFields": [
+                {"manager": m, "operation": "Update", "fieldsV1": f} for m, f in entries
+            ],
+        },
+        "data": {"aibom.json": "{}"},
+    }
+
+
+def test_a_document_someone_else_edited_is_marked_stale() -> None:
+    slim = slimmer(REG)
+    ours = {"f:data": {".": {}, "f:aibom.json": {}}}
+    assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours)))
+    edited = slim(managed_cm((FIELD_MANAGER, {}), ("kubectl-edit", ours)))
+    assert edited[FOREIGN_DATA] is True
+    assert "data" not in edited and "managedFields" not in edited["metadata"]
+    # A key someone added beside ours stays theirs after our apply: not stale.
+    extra = {"f:data": {"f:notes": {}}}
+    assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours), ("kubectl-edit", extra)))
