@@ -128,14 +128,7 @@ def test_pod_security(name: str) -> None:
     "name",
     [
         WEBHOOK,
-        pytest.param(
-            ANNOTATOR,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="manifests/annotator/deployment.yaml mounts no emptyDir at /tmp yet "
-                "(reported to the lead; remove this mark when it does)",
-            ),
-        ),
+        ANNOTATOR,
     ],
 )
 def test_home_is_a_writable_volume(name: str) -> None:
