@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import signal
-import sys
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
+from aibom_rollup import logs
 from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
 from webhook.app import Admitter, Readiness, make_app
 from webhook.metrics import Metrics
@@ -43,58 +40,9 @@ from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
 
 log = logging.getLogger("webhook")
 
-# The attributes every LogRecord has; anything else came in through `extra=`.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, and every `extra` field."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                doc[key] = value
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
-
-
-class KeyValueFormatter(logging.Formatter):
-    """`ts=... level=... logger=... msg="..." key=value ...` (logfmt)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        parts = [
-            f"ts={time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(record.created))}"
-            f".{int(record.msecs):03d}Z",
-            f"level={record.levelname.lower()}",
-            f"logger={record.name}",
-            f"msg={json.dumps(record.getMessage())}",
-        ]
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                text = str(value)
-                parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
-        line = " ".join(parts)
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
-
 
 def configure_logging(*, level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # aiohttp's access log would cost more than answering an ownerless review.
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logs.configure(level=level, fmt=fmt)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
