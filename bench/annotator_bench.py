@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -213,7 +214,9 @@ class Builder:
                 raise RuntimeError(f"status {name}: {resp.status} {str(resp.body)[:300]}")
 
 
-async def populate(kube: Kube, *, roots: int, per_root: int, concurrency: int) -> list[tuple[str, str]]:
+async def populate(
+    kube: Kube, *, roots: int, per_root: int, concurrency: int
+) -> list[tuple[str, str]]:
     """Build the namespace; returns (pod name, root document name) for every Pod."""
     b = Builder(kube, concurrency)
     n_dgd = roots // 5
@@ -224,41 +227,104 @@ async def populate(kube: Kube, *, roots: int, per_root: int, concurrency: int) -
 
     async def plain(i: int) -> None:
         labels = {"app": f"d{i}"}
-        dep = await b.create("Deployment", f"d{i}", None, spec={
-            "replicas": per_root, "selector": {"matchLabels": labels}, "template": template(labels)})
-        rs = await b.create("ReplicaSet", f"d{i}-5f7b", dep, spec={
-            "replicas": per_root, "selector": {"matchLabels": labels}, "template": template(labels)})
+        dep = await b.create(
+            "Deployment",
+            f"d{i}",
+            None,
+            spec={
+                "replicas": per_root,
+                "selector": {"matchLabels": labels},
+                "template": template(labels),
+            },
+        )
+        rs = await b.create(
+            "ReplicaSet",
+            f"d{i}-5f7b",
+            dep,
+            spec={
+                "replicas": per_root,
+                "selector": {"matchLabels": labels},
+                "template": template(labels),
+            },
+        )
         for p in await b.pods(rs, f"d{i}-5f7b", per_root, labels):
             pods.append((p["metadata"]["name"], f"aibom-deployment-d{i}"))
 
     async def graph(i: int) -> None:
         labels = {"app": f"g{i}-worker"}
-        dgd = await b.create("DynamoGraphDeployment", f"g{i}", None, spec={
-            "backendFramework": "vllm",
-            "components": [{"name": "worker", "type": "worker", "replicas": per_root,
-                            "podTemplate": {"spec": pod_spec()}}]})
-        dcd = await b.create("DynamoComponentDeployment", f"g{i}-worker", dgd, spec={
-            "type": "worker", "podTemplate": {"spec": pod_spec()}})
-        dep = await b.create("Deployment", f"g{i}-worker", dcd, spec={
-            "replicas": per_root, "selector": {"matchLabels": labels}, "template": template(labels)})
-        rs = await b.create("ReplicaSet", f"g{i}-worker-6c9d", dep, spec={
-            "replicas": per_root, "selector": {"matchLabels": labels}, "template": template(labels)})
+        dgd = await b.create(
+            "DynamoGraphDeployment",
+            f"g{i}",
+            None,
+            spec={
+                "backendFramework": "vllm",
+                "components": [
+                    {
+                        "name": "worker",
+                        "type": "worker",
+                        "replicas": per_root,
+                        "podTemplate": {"spec": pod_spec()},
+                    }
+                ],
+            },
+        )
+        dcd = await b.create(
+            "DynamoComponentDeployment",
+            f"g{i}-worker",
+            dgd,
+            spec={"type": "worker", "podTemplate": {"spec": pod_spec()}},
+        )
+        dep = await b.create(
+            "Deployment",
+            f"g{i}-worker",
+            dcd,
+            spec={
+                "replicas": per_root,
+                "selector": {"matchLabels": labels},
+                "template": template(labels),
+            },
+        )
+        rs = await b.create(
+            "ReplicaSet",
+            f"g{i}-worker-6c9d",
+            dep,
+            spec={
+                "replicas": per_root,
+                "selector": {"matchLabels": labels},
+                "template": template(labels),
+            },
+        )
         for p in await b.pods(rs, f"g{i}-worker-6c9d", per_root, labels):
             pods.append((p["metadata"]["name"], f"aibom-dynamographdeployment-g{i}"))
 
     async def group(i: int) -> None:
         labels = {"lws": f"l{i}"}
-        lws = await b.create("LeaderWorkerSet", f"l{i}", None, spec={
-            "replicas": 1, "leaderWorkerTemplate": {"size": per_root, "workerTemplate": template(labels)}})
-        sts = await b.create("StatefulSet", f"l{i}", lws, spec={
-            "replicas": per_root, "selector": {"matchLabels": labels}, "template": template(labels)})
+        lws = await b.create(
+            "LeaderWorkerSet",
+            f"l{i}",
+            None,
+            spec={
+                "replicas": 1,
+                "leaderWorkerTemplate": {"size": per_root, "workerTemplate": template(labels)},
+            },
+        )
+        sts = await b.create(
+            "StatefulSet",
+            f"l{i}",
+            lws,
+            spec={
+                "replicas": per_root,
+                "selector": {"matchLabels": labels},
+                "template": template(labels),
+            },
+        )
         for p in await b.pods(sts, f"l{i}", per_root, labels):
             pods.append((p["metadata"]["name"], f"aibom-leaderworkerset-l{i}"))
 
     jobs: list[Callable[[], Awaitable[None]]] = []
-    jobs += [lambda i=i: plain(i) for i in range(n_dep)]
-    jobs += [lambda i=i: graph(i) for i in range(n_dgd)]
-    jobs += [lambda i=i: group(i) for i in range(n_lws)]
+    jobs += [functools.partial(plain, i) for i in range(n_dep)]
+    jobs += [functools.partial(graph, i) for i in range(n_dgd)]
+    jobs += [functools.partial(group, i) for i in range(n_lws)]
     # Roots in parallel (each builds its chain parent-first); the semaphore bounds requests.
     batch = 50
     for k in range(0, len(jobs), batch):
@@ -266,7 +332,7 @@ async def populate(kube: Kube, *, roots: int, per_root: int, concurrency: int) -
         if k % 200 == 0:
             log(f"  {b.created} objects created ({time.monotonic() - started:.0f} s)")
     log(f"created {b.created} objects in {time.monotonic() - started:.0f} s; writing Pod status")
-    by_name = {k: b.graph.get(k) for k in b.graph.keys()}
+    by_name = {k: b.graph.get(k) for k in b.graph}
     pod_objs = [o for o in by_name.values() if o is not None and o["kind"] == "Pod"]
     for k in range(0, len(pod_objs), 500):
         await asyncio.gather(
@@ -317,6 +383,10 @@ class DocWatch:
         return True
 
 
+def _shows(watch: DocWatch, doc: str, digest: str) -> bool:
+    return digest.split(":", 1)[1] in watch.text.get(doc, "")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -352,18 +422,27 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def bench(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> dict[str, Any]:
+async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:
     async with Kube.from_kubeconfig(str(cp.kubeconfig), pool_size=64) as kube:
-        resp = await kube.request("POST", "/api/v1/namespaces", json={
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": NS, "labels": {"aibom.dev/enabled": "true"}}})
+        resp = await kube.request(
+            "POST",
+            "/api/v1/namespaces",
+            json={
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NS, "labels": {"aibom.dev/enabled": "true"}},
+            },
+        )
         assert resp.status == 201, resp.body
         deadline = time.monotonic() + 30
-        while (await kube.request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/default")).status != 200:
+        while (
+            await kube.request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/default")
+        ).status != 200:
             assert time.monotonic() < deadline, "no default ServiceAccount"
             await asyncio.sleep(0.2)
-        pods = await populate(kube, roots=args.roots, per_root=args.pods_per_root,
-                              concurrency=args.concurrency)
+        pods = await populate(
+            kube, roots=args.roots, per_root=args.pods_per_root, concurrency=args.concurrency
+        )
         await asyncio.sleep(2)  # let the API server's watch cache settle
 
         watch = DocWatch(kube)
@@ -371,22 +450,35 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> di
         await asyncio.sleep(0.5)
         mport, hport = free_port(), free_port()
         cmd = [
-            sys.executable, "-m", "aibom_rollup", "annotator",
+            sys.executable,
+            "-m",
+            "aibom_rollup",
+            "annotator",
             f"--kubeconfig={cp.kubeconfig}",
-            "--lease-namespace=default", "--lease-name=aibom-bench", "--identity=bench",
-            "--bind-address=127.0.0.1", f"--metrics-port={mport}", f"--health-port={hport}",
-            "--log-format=json", "--log-level=warning",
+            "--lease-namespace=default",
+            "--lease-name=aibom-bench",
+            "--identity=bench",
+            "--bind-address=127.0.0.1",
+            f"--metrics-port={mport}",
+            f"--health-port={hport}",
+            "--log-format=json",
+            "--log-level=warning",
             *args.annotator_args,
         ]
         env = {**child_env(), "PYTHONPATH": str(REPO)}
-        log_file = open(workdir / "annotator.log", "wb")  # noqa: SIM115 -- closed below
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                                start_new_session=True)
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+        )
         try:
             ok = await watch.wait(lambda: len(watch.first) >= args.roots, timeout=600)
             cold = max(watch.first.values()) - t0 if watch.first else float("nan")
-            assert ok, f"only {len(watch.first)} documents after 600 s; see {workdir}/annotator.log"
+            assert ok, f"only {len(watch.first)} documents after 600 s; see {log_file.name}"
             m = metrics(mport)
             reqs = requests_of(m)
             rss_cold = rss_kib(proc.pid, "VmHWM")
@@ -398,15 +490,29 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> di
             for k, (pod_name, doc) in enumerate(pods[::step][: args.updates]):
                 new = sha(f"v2-{pod_name}-{k}")
                 start = time.monotonic()
-                body = {"status": {"containerStatuses": [{
-                    "name": "main", "image": IMAGE, "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{new}",
-                    "ready": True, "restartCount": 1, "started": True,
-                    "state": {"running": {"startedAt": "2026-10-05T13:00:00Z"}}}]}}
-                resp = await kube.request("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod_name}/status",
-                                          json=body, content_type="application/merge-patch+json")
+                body = {
+                    "status": {
+                        "containerStatuses": [
+                            {
+                                "name": "main",
+                                "image": IMAGE,
+                                "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{new}",
+                                "ready": True,
+                                "restartCount": 1,
+                                "started": True,
+                                "state": {"running": {"startedAt": "2026-10-05T13:00:00Z"}},
+                            }
+                        ]
+                    }
+                }
+                resp = await kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{NS}/pods/{pod_name}/status",
+                    json=body,
+                    content_type="application/merge-patch+json",
+                )
                 assert resp.ok, resp.body
-                hexd = new.split(":", 1)[1]
-                ok = await watch.wait(lambda d=doc, h=hexd: h in watch.text.get(d, ""), timeout=30)
+                ok = await watch.wait(functools.partial(_shows, watch, doc, new), timeout=30)
                 assert ok, f"{doc} never showed {new}"
                 latencies.append(time.monotonic() - start)
             m2 = metrics(mport)
@@ -415,10 +521,9 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> di
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
                 os.killpg(proc.pid, signal.SIGKILL)
-            log_file.close()
             if watch.task:
                 watch.task.cancel()
         total = sum(reqs.values())
@@ -436,25 +541,29 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, workdir: Path) -> di
             "update_p99_ms": round(1000 * pct(latencies, 99), 1),
             "update_max_ms": round(1000 * max(latencies), 1),
             "documents_written": {k: v for k, v in m2.items() if "documents_written_total" in k},
-            "stamp_repairs": sum(v for k, v in m2.items() if k.startswith("aibom_annotator_stamp_repairs_total")),
+            "stamp_repairs": sum(
+                v for k, v in m2.items() if k.startswith("aibom_annotator_stamp_repairs_total")
+            ),
         }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--roots", type=int, default=1000)
     ap.add_argument("--pods-per-root", type=int, default=10)
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=48)
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="aibom-annotator-bench-"))
     off = "-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob"
     with ControlPlane(extra_controller_manager_args=[f"--controllers=*,{off}"]) as cp:
         cp.install_crds()
-        result = asyncio.run(bench(args, cp, workdir))
+        with open(workdir / "annotator.log", "wb") as log_file:
+            result = asyncio.run(bench(args, cp, log_file))
     result["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     text = json.dumps(result, indent=2)
     print(text)
