@@ -27,6 +27,7 @@ import socket
 
 from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of, tool_version
 from aibom_rollup.kube import Kube, KubeError
+from aibom_rollup.logs import FORMATS
 from annotator import logs
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES
@@ -243,7 +244,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     ops.add_argument(
         "--log-format",
-        choices=("json", "text"),
+        choices=FORMATS,
         default="json",
         help="log line format (default: %(default)s)",
     )
