@@ -525,7 +525,9 @@ class Controller:
 
     async def _write(self, plan: RootPlan) -> None:
         assert plan.ref is not None
-        document = render(plan.facts, tool_version=self.settings.tool_version)
+        document = render(
+            plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
+        )
         limit = self.settings.size_limit
         if len(document) > limit:
             payload = await asyncio.to_thread(fit, document, limit=limit)

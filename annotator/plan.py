@@ -23,10 +23,10 @@ from enum import StrEnum
 from typing import Any
 
 from aibom_core.bom import RootView, facts_of, input_hash
-from aibom_core.kinds import GroupKind, group_kind_of
-from aibom_core.objects import Obj, ObjRef, annotations_of, metadata, ref_of
+from aibom_core.kinds import GroupKind
+from aibom_core.objects import Obj, ObjRef, metadata, ref_of
 from aibom_core.rollup import configmap_name, root_entry
-from aibom_core.stamp import Keys, Stamp, stamp_merge_patch, stamp_of
+from aibom_core.stamp import Keys, Stamp, mirror_deployment, stamp_merge_patch, stamp_of
 from aibom_core.walk import HopFailure, Reason, Rollup
 from annotator.cache import ClusterState
 from annotator.configmap import is_current
@@ -185,37 +185,16 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 
 
-DEPLOYMENT = GroupKind("apps", "Deployment")
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
-
-
 def _mirrored(state: ClusterState, key: str, stamp: Stamp, *, keys: Keys) -> Stamp:
-    """A ReplicaSet keeps the stamp keys its Deployment carries (the webhook's rule).
-
-    The deployment controller copies a Deployment's annotations onto its
-    ReplicaSets on every sync; a ReplicaSet stamped differently from its
-    Deployment (`rollup: rolled-up` under a `root` Deployment) is copied back
-    at once, an endless loop. The webhook therefore lets such a ReplicaSet
-    mirror its Deployment (webhook.admission.mirrored); the annotator must
-    judge by the same rule or the two would fight. `root` and `root-uid` are
-    the same either way; only `rollup` (and a reason) differ.
+    """A ReplicaSet keeps the stamp keys its Deployment carries: the webhook's rule
+    (`aibom_core.stamp.mirror_deployment`); judging by another would make the two fight.
     """
     ref = state.graph.ref(key)
-    if ref is None or ref.group_kind != REPLICA_SET:
+    if ref is None:
         return stamp
     parent = state.graph.parent_of(key)
     owner = state.graph.get(parent) if parent else None
-    if owner is None or group_kind_of(owner) != DEPLOYMENT:
-        return stamp
-    ann = annotations_of(owner)
-    if not any(k in ann for k in keys.all()):
-        return stamp
-    return Stamp(
-        root=ann.get(keys.root, stamp.root),
-        root_uid=ann.get(keys.root_uid, stamp.root_uid),
-        rollup=ann.get(keys.rollup, stamp.rollup),
-        reason=ann.get(keys.reason, stamp.reason),
-    )
+    return mirror_deployment(stamp, subject=ref.group_kind, owner=owner, keys=keys)
 
 
 # Hop failures our cache cannot tell from a live GET's answer: we do not see

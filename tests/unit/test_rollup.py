@@ -306,12 +306,12 @@ def test_resolve_all_equals_resolving_each_object(index: int) -> None:
         assert result == graph.resolve(graph.get(key) or {}), key
 
 
-@pytest.mark.parametrize("index", range(len(CASES)))
+@pytest.mark.parametrize("index", range(len(_all_case_graphs())))
 def test_inventory_equals_incremental_root_entries(index: int) -> None:
     from aibom_core.rollup import root_entry
 
-    case = CASES[index]
-    graph = build_graph(case.objs, REG, unavailable=case.unavailable)
+    objs, unavailable, depth = _all_case_graphs()[index]
+    graph = build_graph(objs, REG, unavailable=unavailable, max_depth=depth)
     incremental = [e for k in graph if (e := root_entry(graph, k)) is not None]
     incremental.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
     assert inventory(graph) == incremental
