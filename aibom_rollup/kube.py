@@ -42,6 +42,9 @@ USER_AGENT = "aibom-rollup"
 # Lines of a watch stream are whole objects (up to the API server's ~3 MiB
 # limit, wrapped in an event); we split the stream ourselves, so no line limit.
 WATCH_CHUNK = 1 << 16
+AGGREGATED_DISCOVERY = (
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;q=0.9"
+)
 
 
 class KubeError(Exception):
@@ -175,7 +178,48 @@ class Discovery:
         return self._by_gk.get(gk)
 
     async def refresh(self) -> None:
-        """Reload every group's preferred version (one request per group-version)."""
+        """Reload what the server serves: aggregated discovery (2 requests), else per version."""
+        by_gk = await self._aggregated()
+        if by_gk is None:
+            by_gk = await self._legacy()
+        self._by_gk = by_gk
+        self._loaded_at = time.monotonic()
+
+    async def _aggregated(self) -> dict[GroupKind, ApiResource] | None:
+        """`/api` and `/apis` as APIGroupDiscoveryList (Kubernetes >= 1.30); None if refused."""
+        by_gk: dict[GroupKind, ApiResource] = {}
+        for path in ("/api", "/apis"):
+            resp = await self._kube.request("GET", path, accept=AGGREGATED_DISCOVERY)
+            body = resp.body
+            if (
+                not resp.ok
+                or not isinstance(body, dict)
+                or body.get("kind") != "APIGroupDiscoveryList"
+            ):
+                return None
+            for group in body.get("items") or []:
+                name = (group.get("metadata") or {}).get("name", "")
+                # Versions come in preference order; earlier ones win a kind.
+                for ver in group.get("versions") or []:
+                    for r in ver.get("resources") or []:
+                        kind = (r.get("responseKind") or {}).get("kind", "")
+                        if not kind or not r.get("resource"):
+                            continue
+                        by_gk.setdefault(
+                            GroupKind(name, kind),
+                            ApiResource(
+                                group=name,
+                                version=ver.get("version", ""),
+                                kind=kind,
+                                plural=r["resource"],
+                                namespaced=r.get("scope") == "Namespaced",
+                                verbs=frozenset(r.get("verbs") or ()),
+                            ),
+                        )
+        return by_gk
+
+    async def _legacy(self) -> dict[GroupKind, ApiResource]:
+        """One request per group-version (servers without aggregated discovery)."""
         by_gk: dict[GroupKind, ApiResource] = {}
         core = await self._kube.request("GET", "/api/v1")
         if core.ok:
@@ -197,8 +241,7 @@ class Discovery:
             if resp.ok:
                 for gk, res in self._parse(g, v, resp.body).items():
                     by_gk.setdefault(gk, res)
-        self._by_gk = by_gk
-        self._loaded_at = time.monotonic()
+        return by_gk
 
     @staticmethod
     def _parse(group: str, version: str, body: Any) -> dict[GroupKind, ApiResource]:
@@ -283,8 +326,8 @@ class Kube:
             await self._session.close()
             self._session = None
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers: dict[str, str] = {}
+    def _headers(self, content_type: str | None, accept: str | None = None) -> dict[str, str]:
+        headers: dict[str, str] = {"Accept": accept} if accept else {}
         token = self._current_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -314,6 +357,7 @@ class Kube:
         json: Any = None,
         data: bytes | str | None = None,
         content_type: str | None = None,
+        accept: str | None = None,
         timeout: float | None = None,
     ) -> KubeResponse:
         """One API request; HTTP errors are responses, connection problems KubeError."""
@@ -329,7 +373,7 @@ class Kube:
                 self.server + path,
                 params=params,
                 data=body,
-                headers=self._headers(content_type),
+                headers=self._headers(content_type, accept),
                 timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
             ) as resp:
                 raw = await resp.read()

@@ -523,7 +523,7 @@ class Recorder:
         self._stop.set()
         if self._conn is not None:
             with contextlib.suppress(OSError):
-                self._conn.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+                self._conn.sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(5)
 
     def _run(self) -> None:
@@ -1289,7 +1289,7 @@ def test_a_kind_that_cannot_be_listed_does_not_hold_up_the_others(
 ) -> None:
     # A CRD whose preferred version needs a conversion webhook that is down:
     # every LIST at that version fails with 500, as with a broken operator.
-    crd = copy.deepcopy(WIDGET_CRD)
+    crd: dict[str, Any] = copy.deepcopy(WIDGET_CRD)
     crd["metadata"]["name"] = "gadgets.aibom-test.example.com"
     crd["spec"]["names"] = {
         "kind": "Gadget",

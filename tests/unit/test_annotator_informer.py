@@ -111,12 +111,12 @@ class Sink:
 async def drive(script: Script, **kw: Any) -> tuple[Informer, Sink]:
     sink = Sink()
     inf = Informer(
-        script,
+        script,  # type: ignore[arg-type]  # a scripted stand-in with Kube's watch/request
         RES,
         gk=GK,
         sink=sink,
         slim=lambda o: o,
-        backoff_base=0.001,  # type: ignore[arg-type]
+        backoff_base=0.001,
         forbidden_retry=0.001,
         **kw,
     )

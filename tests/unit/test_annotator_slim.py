@@ -237,11 +237,11 @@ def managed_cm(*entries: tuple[str, dict[str, Any]]) -> Obj:
 
 def test_a_document_someone_else_edited_is_marked_stale() -> None:
     slim = slimmer(REG)
-    ours = {"f:data": {".": {}, "f:aibom.json": {}}}
+    ours: dict[str, Any] = {"f:data": {".": {}, "f:aibom.json": {}}}
     assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours)))
     edited = slim(managed_cm((FIELD_MANAGER, {}), ("kubectl-edit", ours)))
     assert edited[FOREIGN_DATA] is True
     assert "data" not in edited and "managedFields" not in edited["metadata"]
     # A key someone added beside ours stays theirs after our apply: not stale.
-    extra = {"f:data": {"f:notes": {}}}
+    extra: dict[str, Any] = {"f:data": {"f:notes": {}}}
     assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours), ("kubectl-edit", extra)))
