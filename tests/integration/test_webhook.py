@@ -480,11 +480,8 @@ def test_restricted_identity_stamps_forbidden_and_admits(
             >= 1
         )
         log = hook.log.read_text()
-        infos = [
-            line
-            for line in log.splitlines()
-            if '"reason": "Forbidden"' in line and '"level": "info"' in line
-        ]
+        records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+        infos = [r for r in records if r.get("reason") == "Forbidden" and r["level"] == "info"]
         assert len(infos) == 1, log[-3000:]  # once per (kind, reason)
     finally:
         hook.unregister(kubectl)
