@@ -225,33 +225,23 @@ async def populate(
     pods: list[tuple[str, str]] = []
     started = time.monotonic()
 
+    async def deployment(name: str, owner: Obj | None, rs_name: str, doc: str) -> None:
+        """Deployment -> ReplicaSet -> Pods under `owner`, as the controllers would make them."""
+        labels = {"app": name}
+        spec = {
+            "replicas": per_root,
+            "selector": {"matchLabels": labels},
+            "template": template(labels),
+        }
+        dep = await b.create("Deployment", name, owner, spec=spec)
+        rs = await b.create("ReplicaSet", rs_name, dep, spec=spec)
+        for p in await b.pods(rs, rs_name, per_root, labels):
+            pods.append((p["metadata"]["name"], doc))
+
     async def plain(i: int) -> None:
-        labels = {"app": f"d{i}"}
-        dep = await b.create(
-            "Deployment",
-            f"d{i}",
-            None,
-            spec={
-                "replicas": per_root,
-                "selector": {"matchLabels": labels},
-                "template": template(labels),
-            },
-        )
-        rs = await b.create(
-            "ReplicaSet",
-            f"d{i}-5f7b",
-            dep,
-            spec={
-                "replicas": per_root,
-                "selector": {"matchLabels": labels},
-                "template": template(labels),
-            },
-        )
-        for p in await b.pods(rs, f"d{i}-5f7b", per_root, labels):
-            pods.append((p["metadata"]["name"], f"aibom-deployment-d{i}"))
+        await deployment(f"d{i}", None, f"d{i}-5f7b", f"aibom-deployment-d{i}")
 
     async def graph(i: int) -> None:
-        labels = {"app": f"g{i}-worker"}
         dgd = await b.create(
             "DynamoGraphDeployment",
             f"g{i}",
@@ -274,28 +264,9 @@ async def populate(
             dgd,
             spec={"type": "worker", "podTemplate": {"spec": pod_spec()}},
         )
-        dep = await b.create(
-            "Deployment",
-            f"g{i}-worker",
-            dcd,
-            spec={
-                "replicas": per_root,
-                "selector": {"matchLabels": labels},
-                "template": template(labels),
-            },
+        await deployment(
+            f"g{i}-worker", dcd, f"g{i}-worker-6c9d", f"aibom-dynamographdeployment-g{i}"
         )
-        rs = await b.create(
-            "ReplicaSet",
-            f"g{i}-worker-6c9d",
-            dep,
-            spec={
-                "replicas": per_root,
-                "selector": {"matchLabels": labels},
-                "template": template(labels),
-            },
-        )
-        for p in await b.pods(rs, f"g{i}-worker-6c9d", per_root, labels):
-            pods.append((p["metadata"]["name"], f"aibom-dynamographdeployment-g{i}"))
 
     async def group(i: int) -> None:
         labels = {"lws": f"l{i}"}

@@ -10,28 +10,10 @@ import yaml
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.stamp import Keys, Stamp
 from tests.unit.kobj import mk
+from tests.unit.manifest_docs import PLURAL
 from webhook.admission import mirrored
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-# Resource (plural) names of the registry's kinds.
-PLURAL = {
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-    "DaemonSet": "daemonsets",
-    "Job": "jobs",
-    "CronJob": "cronjobs",
-    "DynamoGraphDeployment": "dynamographdeployments",
-    "DynamoComponentDeployment": "dynamocomponentdeployments",
-    "NIMService": "nimservices",
-    "LeaderWorkerSet": "leaderworkersets",
-    "ReplicaSet": "replicasets",
-    "Pod": "pods",
-    "PodCliqueSet": "podcliquesets",
-    "PodCliqueScalingGroup": "podcliquescalinggroups",
-    "PodClique": "podcliques",
-    "DisaggregatedSet": "disaggregatedsets",
-    "InferenceService": "inferenceservices",
-}
 
 
 def _covered(rules: list[dict[str, Any]]) -> set[tuple[str, str]]:
