@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from aibom_core.bom import RootView
 from aibom_core.graph import POD, OwnershipGraph, key_of
 from aibom_core.objects import Obj, ObjRef
 from aibom_core.walk import HopFailure, Rollup
@@ -36,6 +37,17 @@ class RootEntry:
     @property
     def reason(self) -> str | None:
         return str(self.failure) if self.failure else None
+
+    @property
+    def view(self) -> RootView:
+        """What the AIBOM builder reads (`aibom_core.bom.facts_of`)."""
+        return RootView(
+            root=self.obj,
+            status=self.status.value,
+            reason=self.reason,
+            owned=self.owned,
+            pods=self.pods,
+        )
 
     @property
     def configmap_name(self) -> str:

@@ -25,7 +25,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from aibom_core.bom import RootView, facts_of, input_hash, render
+from aibom_core.bom import facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.kinds import (
@@ -206,14 +206,7 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     written = 0
     out_dir = Path(args.output) if args.output else None
     for entry in inventory(graph, namespaces=_namespaces(args, dump)):
-        view = RootView(
-            root=entry.obj,
-            status=entry.status.value,
-            reason=entry.reason,
-            owned=entry.owned,
-            pods=entry.pods,
-        )
-        facts = facts_of(view, registry)
+        facts = facts_of(entry.view, registry)
         digest = input_hash(facts, tool_version=version)
         if out_dir is not None:
             target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from aibom_core.bom import RootView, facts_of, input_hash
+from aibom_core.bom import facts_of, input_hash
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj, ObjRef, metadata, ref_of
 from aibom_core.rollup import configmap_name, root_entry
@@ -112,14 +112,7 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version
     entry = root_entry(graph, key.uid)
     if entry is None:  # not tracked, or not a root: nothing to document
         return RootPlan(key=key, outcome=Outcome.UNMATCHED, ref=ref)
-    view = RootView(
-        root=entry.obj,
-        status=entry.status.value,
-        reason=entry.reason,
-        owned=entry.owned,
-        pods=entry.pods,
-    )
-    facts = facts_of(view, graph.registry)
+    facts = facts_of(entry.view, graph.registry)
     digest = input_hash(facts, tool_version=tool_version)
     name = configmap_name(ref.kind, ref.name)
     current = is_current(
