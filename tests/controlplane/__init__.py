@@ -40,6 +40,8 @@ Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
         cp.issue_serving_cert("hook", dns_names=("localhost",),
                               ip_addresses=("127.0.0.1",)) -> ServingCert(cert_file,
                                       #   key_file, ca_file): for a webhook on loopback
+        cp.restart_apiserver()            # same flags/port/data; back when /readyz answers
+        cp.restart_apiserver()            # same flags, port and data; back when /readyz answers
         cp.install_crds(files=None) -> list[str]  # server-side apply, wait Established
         cp.install_crd(path) -> list[str]         # one more CRD, later
         cp.delete_crd(name, wait=True)            # and away again
@@ -1047,6 +1049,19 @@ class ControlPlane:
         return (
             self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default").status == 200
         )
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again: same flags, port, certificates, etcd data.
+
+        For tests of what clients do when the API server goes away (watches
+        must resume); returns once /readyz answers again.
+        """
+        apiserver = next((p for p in self._procs if p.name == "kube-apiserver"), None)
+        if apiserver is None:
+            raise ControlPlaneError("restart_apiserver: the control plane is not running")
+        apiserver.stop(self.stop_grace)
+        apiserver.start(pdeathsig=threading.current_thread() is threading.main_thread())
+        self._wait(apiserver, "kube-apiserver /readyz", self._apiserver_ready, self.startup_timeout)
 
     def stop(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after ``stop_grace``) and clean up."""

@@ -1447,34 +1447,13 @@ def test_graceful_shutdown_hands_the_lease_over_at_once(
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-after-handover")
 
 
-def restart_apiserver(cp: ControlPlane) -> None:
-    """Stop kube-apiserver and start it again with the same flags, port and etcd.
-
-    The harness has no restart of its own (yet): this reaches into its
-    process list, keeping everything else (etcd data, certificates) as is.
-    """
-    procs = cp._procs
-    apiserver = next(p for p in procs if p.name == "kube-apiserver")
-    apiserver.stop(cp.stop_grace)
-    time.sleep(1)
-    apiserver.start(pdeathsig=threading.current_thread() is threading.main_thread())
-    wait_for("kube-apiserver ready again", lambda: _ready(cp), 90, every=0.5)
-
-
-def _ready(cp: ControlPlane) -> bool:
-    try:
-        return cp.request("GET", "/readyz", timeout=2).status == 200
-    except OSError:
-        return False
-
-
 def test_watches_resume_after_an_api_server_restart(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator
 ) -> None:
     apply(kubectl, dcd(ns, "before"))
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-before")
     restarts = annotator.metric("aibom_annotator_watch_restarts_total")
-    restart_apiserver(control_plane)
+    control_plane.restart_apiserver()
     apply(kubectl, dcd(ns, "after"))
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-after", timeout=60)
     assert annotator.metric("aibom_annotator_watch_restarts_total") > restarts
