@@ -331,21 +331,30 @@ EXPECTED_DOCS = {
 
 
 def show(cluster: Cluster, timeout: float = 60) -> None:
-    step("the stamps, as `kubectl get -o yaml` shows them (metadata.annotations)")
+    step("the stamps, as `kubectl get -o yaml` shows them (its metadata, as printed)")
+    vllm_pod = next(
+        p["metadata"]["name"]
+        for p in json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
+        if p["metadata"]["name"].startswith("vllm-agg-vllmdecodeworker-")
+    )
     for kind, name in [
         ("dynamographdeployment", "vllm-agg"),
         ("deployment", "vllm-agg-vllmdecodeworker"),
+        ("pod", vllm_pod),
+        ("pod", "debug-shell"),
     ]:
-        obj = cluster.get(kind, name)
-        assert obj is not None
-        ann = {
-            k: v
-            for k, v in obj["metadata"].get("annotations", {}).items()
-            if k.startswith("aibom.dev/")
-        }
-        print(f"--- {obj['kind']}/{name}\n  annotations:")
-        for k, v in sorted(ann.items()):
-            print(f"    {k}: {v}")
+        print(f"$ kubectl get {kind} {name} -n {NS} -o yaml   # up to metadata.annotations")
+        yaml_text = cluster.kubectl("get", kind, name, "-n", NS, "-o", "yaml")
+        lines = yaml_text.splitlines()
+        start = next(i for i, line in enumerate(lines) if line == "  annotations:")
+        block = [lines[start]]
+        for line in lines[start + 1 :]:
+            if not line.startswith("    "):
+                break
+            block.append(line)
+        # Our keys and the others, minus kubectl's last-applied copy of the manifest.
+        keep = [b for b in block if "last-applied" not in b and not b.startswith("      ")]
+        print("\n".join([*lines[:2], "metadata:", *keep]))
     pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
     print("--- every Pod (root / rollup):")
     for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
