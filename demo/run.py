@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 from tests.controlplane import cache_dir, child_env  # noqa: E402
 
 NS = "aibom-demo"
-STATE = cache_dir() / "demo"
+STATE = Path(os.environ.get("AIBOM_DEMO_DIR") or cache_dir() / "demo")
+UP_DIR = Path(os.environ.get("AIBOM_UP_DIR") or cache_dir() / "up")
 WEBHOOK_PORT = int(os.environ.get("AIBOM_DEMO_WEBHOOK_PORT", "18443"))
 METRICS_PORT = int(os.environ.get("AIBOM_DEMO_METRICS_PORT", "18090"))
 HEALTH_PORT = int(os.environ.get("AIBOM_DEMO_HEALTH_PORT", "18091"))
@@ -86,7 +87,7 @@ class Cluster:
 def control_plane() -> Cluster:
     step("control plane (etcd, kube-apiserver, kube-controller-manager) from tests/controlplane")
     subprocess.run([PY, "-m", "tests.controlplane", "up"], cwd=REPO, check=True)
-    state = json.loads((cache_dir() / "up" / "state.json").read_text())
+    state = json.loads((UP_DIR / "state.json").read_text())
     return Cluster(state["kubeconfig"], state["kubectl"])
 
 

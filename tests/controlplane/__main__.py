@@ -43,7 +43,9 @@ Pending. Logs of each process: <state dir>/data/logs/.
 
 
 def state_dir() -> Path:
-    return cache_dir() / "up"
+    """Where `up` keeps its state and data ($AIBOM_UP_DIR moves it, e.g. for a test)."""
+    env = os.environ.get("AIBOM_UP_DIR")
+    return Path(env) if env else cache_dir() / "up"
 
 
 def state_file() -> Path:
