@@ -30,8 +30,11 @@ from aibom_rollup.cli import UsageError
 from certs.pki import KeyPair, PkiError, issue_serving, load_pair, new_ca, service_dns_names
 from certs.webhookconfig import DEFAULT_NAMESPACE, ConfigError, ca_bundle, fill
 
-# The shipped manifest, in a source checkout (the default template).
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "manifests/webhook/mutatingwebhook.yaml"
+# The shipped webhook configuration, packaged with the command so `certs` works
+# from an installed package or the image too. A copy of
+# manifests/webhook/mutatingwebhook.yaml (kustomize cannot read outside its
+# folder); tests/unit/test_certs.py fails if the two differ.
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "templates" / "mutatingwebhook.yaml"
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -74,8 +77,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--webhook-config",
         metavar="FILE",
-        help="the manifest to fill in (default: manifests/webhook/mutatingwebhook.yaml "
-        "of this source tree)",
+        help="the manifest to fill in (default: the packaged copy of "
+        "manifests/webhook/mutatingwebhook.yaml)",
     )
     p.add_argument(
         "--config-out",

@@ -116,3 +116,13 @@ def test_help_lists_the_flags() -> None:
     ).stdout
     for flag in ("--out-dir", "--service", "--namespace", "--ip", "--url", "--webhook-config"):
         assert flag in out
+
+
+def test_packaged_template_is_the_shipped_manifest() -> None:
+    from certs.main import DEFAULT_TEMPLATE
+
+    shipped = Path(__file__).resolve().parents[2] / "manifests/webhook/mutatingwebhook.yaml"
+    assert DEFAULT_TEMPLATE.read_text() == shipped.read_text(), (
+        "certs/templates/mutatingwebhook.yaml must be a copy of "
+        "manifests/webhook/mutatingwebhook.yaml: copy it over after editing the manifest"
+    )
