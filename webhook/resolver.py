@@ -22,6 +22,11 @@ seconds after the GET that returned it, and at most `size` of them (LRU).
   or its own ownerReferences may have changed (adopted or orphaned), which
   changes the hops above it. Both are bounded by `ttl` (default a few
   seconds) and repaired by the annotator's level-based reconcile.
+- A hit must also stand where the reference points: the child's namespace
+  and the reference's name. A live GET by namespace and name could never
+  return an object of another namespace; without this check a reference
+  copying a foreign object's UID (readable by whoever can read that object)
+  would be attributed to it while it is cached. The walk checks UID and kind.
 - Failures (NotFound, Forbidden, NoMatch, Timeout) are never cached: a
   missing permission or CRD that gets fixed is seen on the next admission.
 - `ttl=0` turns the cache off.
@@ -71,6 +76,14 @@ class Resolution:
     gets: int  # API GETs this walk started
     cached: int  # hops answered from the owner cache
     shared: int  # hops that joined another walk's GET
+
+
+def _at(obj: Obj, req: OwnerRequest) -> bool:
+    """Whether a cached owner is the object a GET for `req` would have read."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return False
+    return meta.get("namespace") == req.namespace and meta.get("name") == req.owner.name
 
 
 class OwnerCache:
@@ -151,6 +164,8 @@ class Resolver:
         until = loop.time() + self._deadline
         while True:
             hit = self.cache.get(req.owner.uid)
+            if hit is not None and not _at(hit, req):
+                hit = None  # the UID of an object elsewhere: only a GET may answer
             if hit is not None:
                 cached += 1
                 fetched = Fetched(obj=hit)

@@ -125,3 +125,19 @@ async def test_an_exception_in_the_source_propagates_to_every_waiter() -> None:
         *(resolver.resolve(r, namespace="ns") for r in rs), return_exceptions=True
     )
     assert all(isinstance(r, RuntimeError) for r in results)
+
+
+async def test_a_cached_owner_answers_only_where_the_reference_points() -> None:
+    # Namespace a's Deployment is cached by a walk in a. A Pod in namespace b
+    # copies its UID into an ownerReference: a GET in b finds nothing, and the
+    # cache must not answer either (else the Pod would escape `uncovered`).
+    dep_a = mk("Deployment", "d", ns="a")
+    source = MemorySource([dep_a])
+    resolver = Resolver(source, registry=REG, cache=OwnerCache(ttl=60))
+    own = await resolver.resolve(mk("ReplicaSet", "rs", dep_a, ns="a"), namespace="a")
+    assert own.result.status is Rollup.ROLLED_UP
+    forged = mk("Pod", "p", dep_a, ns="b")
+    res = await resolver.resolve(forged, namespace="b")
+    assert res.cached == 0 and res.gets == 1
+    assert res.result.status is Rollup.UNRESOLVED
+    assert res.result.failure is not None and res.result.failure.reason is Reason.NOT_FOUND
