@@ -16,9 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, TypedDict
 
-from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj
-from aibom_core.stamp import Keys, Stamp, mirror_deployment
 
 API_VERSION: Final = "admission.k8s.io/v1"
 KIND: Final = "AdmissionReview"
@@ -150,16 +148,3 @@ def encode(response: ReviewResponse) -> bytes:
     """The review the API server reads back (apiVersion and kind echo the request's)."""
     doc = {"apiVersion": API_VERSION, "kind": KIND, "response": response}
     return json.dumps(doc, separators=(",", ":")).encode()
-
-
-DEPLOYMENT = GroupKind("apps", "Deployment")
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
-
-
-def mirrored(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, keys: Keys) -> Stamp:
-    """`aibom_core.stamp.mirror_deployment` (the rule is shared with the annotator).
-
-    The owner may come from the owner cache: a Deployment whose own stamp just
-    changed is then mirrored with its previous values for at most the cache TTL.
-    """
-    return mirror_deployment(stamp, subject=subject, owner=owner, keys=keys)

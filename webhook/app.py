@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.stamp import Keys, stamp_of, stamp_patch
+from aibom_core.stamp import Keys, mirror_deployment, stamp_of, stamp_patch
 from aibom_core.walk import Rollup
 from webhook.admission import (
     BadReview,
@@ -30,7 +30,6 @@ from webhook.admission import (
     ReviewResponse,
     allowed,
     encode,
-    mirrored,
     parse_review,
     patched,
 )
@@ -103,7 +102,11 @@ class Admitter:
             m.owner_lookups.labels("shared").inc(resolution.shared)
         if result.status is Rollup.UNRESOLVED and result.failure is not None:
             self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
-        stamp = mirrored(stamp_of(result), subject=gk, owner=resolution.owner, keys=self._keys)
+        # The owner may come from the owner cache: a Deployment whose own stamp
+        # just changed is then mirrored with its previous values for at most the TTL.
+        stamp = mirror_deployment(
+            stamp_of(result), subject=gk, owner=resolution.owner, keys=self._keys
+        )
         ops = stamp_patch(obj, stamp, keys=self._keys)
         if ops:
             m.patches.labels(gk.kind).inc()

@@ -150,7 +150,10 @@ def test_replicaset_mirrors_its_deployment() -> None:
     rs = GroupKind("apps", "ReplicaSet")
     got = mirror_deployment(walked, subject=rs, owner=dep, keys=K)
     assert got == Stamp(root="Deployment/d", root_uid="u1", rollup="root", reason=None)
-    # Pods, other owners, and unstamped Deployments keep their own walk's stamp.
+    # Pods, other owners (stamped or not), and unstamped Deployments keep their
+    # own walk's stamp.
     assert mirror_deployment(walked, subject=GroupKind("", "Pod"), owner=dep, keys=K) == walked
     assert mirror_deployment(walked, subject=rs, owner=mk("Widget", "w"), keys=K) == walked
+    sts = mk("StatefulSet", "s", annotations={"aibom.dev/rollup": "root"})
+    assert mirror_deployment(walked, subject=rs, owner=sts, keys=K) == walked
     assert mirror_deployment(walked, subject=rs, owner=mk("Deployment", "x"), keys=K) == walked

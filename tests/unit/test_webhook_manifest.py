@@ -8,10 +8,7 @@ from typing import Any
 import yaml
 
 from aibom_core.kinds import GroupKind, default_registry
-from aibom_core.stamp import Keys, Stamp
-from tests.unit.kobj import mk
 from tests.unit.manifest_docs import PLURAL
-from webhook.admission import mirrored
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
@@ -47,21 +44,3 @@ def test_rbac_grants_get_on_every_walked_kind_and_nothing_else() -> None:
     reg = default_registry()
     assert granted == _want(reg.tracked | reg.walk_only)
     assert {v for rule in role["rules"] for v in rule["verbs"]} == {"get"}
-
-
-def test_replicaset_mirrors_its_deployments_keys_only() -> None:
-    keys = Keys()
-    computed = Stamp(root="Deployment/d", root_uid="u", rollup="rolled-up", reason=None)
-    dep = mk(
-        "Deployment",
-        "d",
-        annotations={"aibom.dev/rollup": "root", "aibom.dev/root": "Deployment/d"},
-    )
-    rs = GroupKind("apps", "ReplicaSet")
-    got = mirrored(computed, subject=rs, owner=dep, keys=keys)
-    assert got == Stamp(root="Deployment/d", root_uid="u", rollup="root", reason=None)
-    # Not a ReplicaSet, not a Deployment owner, or an unstamped Deployment: unchanged.
-    assert mirrored(computed, subject=GroupKind("", "Pod"), owner=dep, keys=keys) == computed
-    sts = mk("StatefulSet", "s", annotations={"aibom.dev/rollup": "root"})
-    assert mirrored(computed, subject=rs, owner=sts, keys=keys) == computed
-    assert mirrored(computed, subject=rs, owner=mk("Deployment", "d"), keys=keys) == computed
