@@ -103,6 +103,7 @@ __all__ = [
     "Kubectl",
     "ServingCert",
     "binaries_dir",
+    "bind_rules",
     "build_key",
     "cache_dir",
     "child_env",
@@ -697,6 +698,35 @@ class Kubectl(Protocol):
         check: bool = ...,
         timeout: float = ...,
     ) -> subprocess.CompletedProcess[str]: ...
+
+
+def bind_rules(
+    kubectl: Kubectl,
+    user: str,
+    name: str,
+    rules: Sequence[dict[str, Any]],
+    *,
+    namespace: str | None = None,
+) -> None:
+    """Grant `user` exactly `rules`: a ClusterRole and binding named `name`, or a Role and
+    RoleBinding in `namespace`. Applied with `kubectl` (the admin's, normally)."""
+    kind = "Role" if namespace else "ClusterRole"
+    meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "rules": list(rules),
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": f"{kind}Binding",
+        "metadata": dict(meta),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    docs = {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
+    kubectl("apply", "-f", "-", input=json.dumps(docs))
 
 
 # --------------------------------------------------------------------------- control plane

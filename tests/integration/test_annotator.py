@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 from annotator.configmap import unpack
-from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
+from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 
 pytestmark = pytest.mark.integration
 
@@ -330,24 +330,7 @@ def lease_rules() -> list[Obj]:
 def grant(cp: ControlPlane, kubectl: Kubectl, user: str, *, without: tuple[str, ...] = ()) -> Path:
     """A kubeconfig for `user` bound to the shipped ClusterRole (minus `without`)."""
     ident = cp.issue_identity(user)
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": f"{user}-annotator"},
-        "rules": shipped_rules(without=without),
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"{user}-annotator"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": f"{user}-annotator",
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    bind_rules(kubectl, user, f"{user}-annotator", shipped_rules(without=without))
     return ident.kubeconfig
 
 
@@ -356,24 +339,7 @@ def grant_lease(kubectl: Kubectl, ns: str, user: str, lease: str) -> None:
     for r in rules:
         if "resourceNames" in r:
             r["resourceNames"] = [lease]
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": f"{user}-lease", "namespace": ns},
-        "rules": rules,
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": f"{user}-lease", "namespace": ns},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": f"{user}-lease",
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    bind_rules(kubectl, user, f"{user}-lease", rules, namespace=ns)
 
 
 @dataclass
@@ -1348,27 +1314,14 @@ def test_a_kind_that_cannot_be_listed_does_not_hold_up_the_others(
 
 
 def grant_extra(kubectl: Kubectl, user: str, resource: str) -> None:
-    name = f"{user}-{resource}"
-    role = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": [
-            {
-                "apiGroups": ["aibom-test.example.com"],
-                "resources": [resource],
-                "verbs": ["list", "watch", "patch"],
-            }
-        ],
-    }
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    rules = [
+        {
+            "apiGroups": ["aibom-test.example.com"],
+            "resources": [resource],
+            "verbs": ["list", "watch", "patch"],
+        }
+    ]
+    bind_rules(kubectl, user, f"{user}-{resource}", rules)
 
 
 # -- operations: leader election, shutdown, API server restart --

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
+from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 
 pytestmark = pytest.mark.integration
 
@@ -271,20 +271,7 @@ class Webhook:
 def grant(cp: ControlPlane, kubectl: Kubectl, user: str, role: Obj) -> Path:
     """A kubeconfig for `user`, bound to `role` (a ClusterRole document) and nothing else."""
     ident = cp.issue_identity(user)
-    role = json.loads(json.dumps(role))
-    role["metadata"] = {"name": f"{user}-role"}
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"{user}-binding"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": f"{user}-role",
-        },
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    bind_rules(kubectl, user, f"{user}-role", role["rules"])
     return ident.kubeconfig
 
 
