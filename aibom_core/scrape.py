@@ -370,15 +370,21 @@ class _Graph:
     pvcs: dict[str, str] = field(default_factory=dict)  # v1alpha1 PVC name -> pointer
 
 
+def _component_runtimes(
+    comp: dict[str, Any], base: str, graph: _Graph, *, type_key: str
+) -> tuple[RuntimeDecl, ...]:
+    """The Dynamo runtimes a component declares: its type, and its backend or the graph's."""
+    backend, backend_ptr = graph.backend, graph.backend_ptr
+    if _str(comp.get("backendFramework")):
+        backend, backend_ptr = _str(comp["backendFramework"]), _ptr(base, "backendFramework")
+    return _dynamo_runtimes(_str(comp.get(type_key)), _ptr(base, type_key), backend, backend_ptr)
+
+
 def _component_v1beta1(
     comp: dict[str, Any], base: str, ctx: _Ctx, graph: _Graph
 ) -> list[Container]:
     """A v1beta1 component spec (a DGD `spec.components[i]`, or a DCD `spec`)."""
-    ctype = _str(comp.get("type"))
-    backend, backend_ptr = graph.backend, graph.backend_ptr
-    if _str(comp.get("backendFramework")):
-        backend, backend_ptr = _str(comp["backendFramework"]), _ptr(base, "backendFramework")
-    runtimes = _dynamo_runtimes(ctype, _ptr(base, "type"), backend, backend_ptr)
+    runtimes = _component_runtimes(comp, base, graph, type_key="type")
     template = _dict(comp.get("podTemplate"))
     containers = [c for c in _list(_dict(template.get("spec")).get("containers")) if c]
     names = [_str(_dict(c).get("name")) for c in containers]
@@ -408,11 +414,7 @@ def _component_v1alpha1(
     comp: dict[str, Any], base: str, ctx: _Ctx, graph: _Graph
 ) -> list[Container]:
     """A v1alpha1 service spec (a DGD `spec.services[name]`, or a DCD `spec`)."""
-    ctype = _str(comp.get("componentType"))
-    backend, backend_ptr = graph.backend, graph.backend_ptr
-    if _str(comp.get("backendFramework")):
-        backend, backend_ptr = _str(comp["backendFramework"]), _ptr(base, "backendFramework")
-    runtimes = _dynamo_runtimes(ctype, _ptr(base, "componentType"), backend, backend_ptr)
+    runtimes = _component_runtimes(comp, base, graph, type_key="componentType")
     env = _env(comp.get("envs"), _ptr(base, "envs")) + graph.env
     mounts = []
     for i, raw in enumerate(_list(comp.get("volumeMounts"))):
