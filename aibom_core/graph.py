@@ -231,27 +231,14 @@ class OwnershipGraph:
         owned: list[str] = []
         pods: list[str] = []
         results = {root_key: self.resolve(root.obj)}
-        frontier = [root_key]
-        for _ in range(self.max_depth):
-            nxt: list[str] = []
-            for pk in frontier:
-                parent = self._nodes[pk]
-                for ck in self._children(pk):
-                    if ck in results:
-                        continue
-                    child = self._nodes[ck]
-                    result = self._derive(child, parent, results[pk])
-                    results[ck] = result
-                    nxt.append(ck)
-                    gk = child.ref.group_kind
-                    is_pod = gk == POD
-                    if not is_pod and not self.registry.is_tracked(gk):
-                        continue
-                    if result.root is not None and result.root.uid == root.ref.uid:
-                        (pods if is_pod else owned).append(ck)
-            if not nxt:
-                break
-            frontier = nxt
+        for ck in self._derive_down(results, [root_key], levels=self.max_depth):
+            gk = self._nodes[ck].ref.group_kind
+            is_pod = gk == POD
+            if not is_pod and not self.registry.is_tracked(gk):
+                continue
+            result = results[ck]
+            if result.root is not None and result.root.uid == root.ref.uid:
+                (pods if is_pod else owned).append(ck)
         owned.sort(key=lambda k: _order(self._nodes[k].ref))
         pods.sort(key=lambda k: _order(self._nodes[k].ref))
         return owned, pods
@@ -268,7 +255,20 @@ class OwnershipGraph:
         frontier = [k for k, n in self._nodes.items() if n.owner is None or self._edge(n) is None]
         for k in frontier:
             results[k] = self.resolve(self._nodes[k].obj)
-        while frontier:
+        self._derive_down(results, frontier, levels=None)
+        for k, n in self._nodes.items():  # members of ownership cycles
+            if k not in results:
+                results[k] = self.resolve(n.obj)
+        return results
+
+    def _derive_down(
+        self, results: dict[str, WalkResult], frontier: list[str], *, levels: int | None
+    ) -> list[str]:
+        """Derive the walks below `frontier` (whose results are known) into `results`,
+        breadth first, for at most `levels` levels; returns the keys it added, in order."""
+        added: list[str] = []
+        level = 0
+        while frontier and (levels is None or level < levels):
             nxt: list[str] = []
             for pk in frontier:
                 parent = self._nodes[pk]
@@ -277,11 +277,10 @@ class OwnershipGraph:
                     if ck not in results:
                         results[ck] = self._derive(self._nodes[ck], parent, presult)
                         nxt.append(ck)
+            added += nxt
             frontier = nxt
-        for k, n in self._nodes.items():  # members of ownership cycles
-            if k not in results:
-                results[k] = self.resolve(n.obj)
-        return results
+            level += 1
+        return added
 
     def _derive(self, child: _Node, parent: _Node, presult: WalkResult) -> WalkResult:
         hops = len(presult.chain) + 1
