@@ -179,7 +179,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _summary(entry: RootEntry, doc: Any, digest: str) -> dict[str, Any]:
+def _summary(entry: RootEntry, facts: Facts, digest: str) -> dict[str, Any]:
     return {
         "namespace": entry.ref.namespace,
         "kind": entry.ref.kind,
@@ -190,9 +190,9 @@ def _summary(entry: RootEntry, doc: Any, digest: str) -> dict[str, Any]:
         "configMap": entry.configmap_name,
         "owned": [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in entry.owned],
         "pods": len(entry.pods),
-        "images": list(doc.images),
-        "digests": list(doc.digests),
-        "models": list(doc.models),
+        "images": list(facts.images),
+        "digests": list(facts.digests),
+        "models": list(facts.models),
         "inputHash": digest,
     }
 
