@@ -25,7 +25,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from aibom_core.bom import facts_of, input_hash, render
+from aibom_core.bom import Facts, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.kinds import (
