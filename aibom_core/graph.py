@@ -150,6 +150,11 @@ class OwnershipGraph:
             return Fetched(failure=Reason.NOT_FOUND)
         return Fetched(obj=self._nodes[key].obj)
 
+    def find(self, namespace: str, gk: GroupKind, name: str) -> Obj | None:
+        """The object a GET by namespace, kind and name would return, if known."""
+        key = self._by_name.get((namespace, gk.group, gk.kind, name))
+        return self._nodes[key].obj if key is not None else None
+
     def resolve(self, obj: Obj) -> WalkResult:
         return resolve(obj, registry=self.registry, lookup=self.lookup, max_depth=self.max_depth)
 

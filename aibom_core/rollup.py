@@ -8,9 +8,14 @@ whose own walk ends at it (`OwnershipGraph.members`).
 
 from __future__ import annotations
 
+import base64
+import binascii
+import gzip
 import hashlib
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aibom_core.bom import RootView
 from aibom_core.graph import POD, OwnershipGraph, key_of
@@ -21,6 +26,10 @@ CONFIGMAP_PREFIX = "aibom-"
 DATA_KEY = "aibom.json"
 DATA_KEY_GZ = "aibom.json.gz"
 MAX_NAME = 253
+# Every AIBOM ConfigMap carries this label (the annotator's watch and tools select on it).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "aibom-rollup"
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,3 +146,24 @@ def configmap_name(kind: str, name: str) -> str:
     digest = hashlib.sha256(full.encode()).hexdigest()[:10]
     head = full[: MAX_NAME - len(digest) - 1].rstrip(".-")
     return f"{head}-{digest}"
+
+
+class PackedDocumentError(ValueError):
+    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited or damaged)."""
+
+
+def unpack(cm: dict[str, Any]) -> bytes | None:
+    """The document an AIBOM ConfigMap holds (`aibom.json`, or gzip'd `aibom.json.gz`).
+
+    None when it holds neither key; PackedDocumentError when the gzip payload is damaged.
+    """
+    data = cm.get("data") or {}
+    if isinstance(data, dict) and DATA_KEY in data:
+        return str(data[DATA_KEY]).encode("utf-8")
+    binary = cm.get("binaryData") or {}
+    if isinstance(binary, dict) and DATA_KEY_GZ in binary:
+        try:
+            return gzip.decompress(base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True))
+        except (binascii.Error, OSError, EOFError, zlib.error) as exc:
+            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64 gzip: {exc}") from None
+    return None

@@ -103,7 +103,7 @@ def keys_of(args: argparse.Namespace) -> Keys:
         raise UsageError(str(exc)) from None
 
 
-def _max_depth(args: argparse.Namespace) -> int:
+def max_depth_of(args: argparse.Namespace) -> int:
     depth = int(args.max_depth)
     if not 1 <= depth <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {depth}")
@@ -154,7 +154,7 @@ def read_dump(paths: Sequence[str]) -> Dump:
 
 
 def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
-    return build_graph(dump.objects, registry_of(args), max_depth=_max_depth(args))
+    return build_graph(dump.objects, registry_of(args), max_depth=max_depth_of(args))
 
 
 def _namespaces(args: argparse.Namespace, dump: Dump) -> list[str] | None:
@@ -300,8 +300,16 @@ def cmd_tree(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"namespace {ns}\n")
         for depth, key in rows:
             rec = _record(graph, key, keys, results)
-            line = f"{'  ' * (depth + 1)}{rec['kind']}/{rec['name']}  [{rec['rollup']}]"
-            if rec["rollup"] == "rolled-up":
+            # The object's own walk status; a ReplicaSet whose stamp copies its
+            # Deployment's says so, rather than reading as a second root.
+            status = results[key].status.value
+            line = f"{'  ' * (depth + 1)}{rec['kind']}/{rec['name']}  [{status}"
+            parent = graph.parent_of(key)
+            parent_ref = graph.ref(parent) if parent and rec["rollup"] != status else None
+            if parent_ref is not None:
+                line += f"; stamp mirrors {parent_ref.kind_name}"
+            line += "]"
+            if status == "rolled-up":
                 line += f" -> {rec['root']}"
             if rec["rollup-reason"]:
                 line += f"  ({rec['rollup-reason']})"

@@ -74,6 +74,8 @@ class ApiResource:
     plural: str
     namespaced: bool
     verbs: frozenset[str] = frozenset()
+    short_names: tuple[str, ...] = ()  # kubectl's short names (`deploy`, `rs`), for tools
+    singular: str = ""
 
     @property
     def api_version(self) -> str:
@@ -177,6 +179,14 @@ class Discovery:
     def cached(self, gk: GroupKind) -> ApiResource | None:
         return self._by_gk.get(gk)
 
+    async def all(self) -> list[ApiResource]:
+        """Every served kind (discovering first if nothing is known yet)."""
+        if self._loaded_at is None:
+            async with self._lock:
+                if self._loaded_at is None:
+                    await self.refresh()
+        return list(self._by_gk.values())
+
     async def refresh(self) -> None:
         """Reload what the server serves: aggregated discovery (2 requests), else per version."""
         by_gk = await self._aggregated()
@@ -214,6 +224,8 @@ class Discovery:
                                 plural=r["resource"],
                                 namespaced=r.get("scope") == "Namespaced",
                                 verbs=frozenset(r.get("verbs") or ()),
+                                short_names=tuple(r.get("shortNames") or ()),
+                                singular=r.get("singularResource") or "",
                             ),
                         )
         return by_gk
@@ -260,6 +272,8 @@ class Discovery:
                     plural=name,
                     namespaced=bool(r.get("namespaced")),
                     verbs=frozenset(r.get("verbs") or ()),
+                    short_names=tuple(r.get("shortNames") or ()),
+                    singular=r.get("singularName") or "",
                 ),
             )
         return out

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from aibom_core.graph import OwnershipGraph, key_of
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
-from annotator.configmap import MANAGED_BY, MANAGED_BY_LABEL, DocLabels
+from annotator.configmap import DocLabels
 from annotator.keys import RootKey, SweepKey
 
 NAMESPACE = GroupKind("", "Namespace")

@@ -33,11 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.objects import Obj, ObjRef, metadata
-from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
+from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ, MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import DEFAULT_PREFIX
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "aibom-rollup"
 FIELD_MANAGER = "aibom-rollup-annotator"
 # k8s.io/kubernetes pkg/apis/core/validation: ValidateConfigMap sums the
 # lengths of every data and binaryData value against MaxSecretSize = 1 MiB.
@@ -237,17 +235,6 @@ def _gzip(data: bytes) -> bytes:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def unpack(cm: Obj) -> bytes | None:
-    """The document a ConfigMap holds (either encoding), for tests and tools."""
-    data = cm.get("data") or {}
-    if DATA_KEY in data:
-        return str(data[DATA_KEY]).encode("utf-8")
-    binary = cm.get("binaryData") or {}
-    if DATA_KEY_GZ in binary:
-        return gzip.decompress(base64.b64decode(binary[DATA_KEY_GZ]))
-    return None
 
 
 # -- the object ------------------------------------------------------------------

@@ -417,6 +417,27 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
     print(f"--- documents of rolled-up children: {children or 'none (each child is on its root)'}")
 
 
+def plugin(cluster: Cluster) -> None:
+    """`kubectl aibom`, the installed plugin, found by the real kubectl on PATH."""
+    env = dict(cluster.env)
+    env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
+    pod = next(
+        (p["metadata"]["name"] for p in json.loads(cluster.kubectl(
+            "get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=vllm-agg-vllmdecodeworker", "-o", "json"
+        ))["items"]),
+        None,
+    )  # fmt: skip
+    for args in (["tree", "dgd/vllm-agg"], ["explain", f"pod/{pod}"] if pod else [], ["get"]):
+        if not args:
+            continue
+        step(f"kubectl aibom {' '.join(args)} -n {NS}")
+        proc = subprocess.run(
+            [cluster.kubectl_bin, "aibom", *args, "-n", NS],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        print((proc.stdout + proc.stderr).rstrip())
+
+
 def main() -> int:
     t0 = time.monotonic()
     cluster = control_plane()
@@ -425,9 +446,15 @@ def main() -> int:
     operators(cluster)
     kubelet(cluster)
     show(cluster)
+    plugin(cluster)
     step(f"done in {time.monotonic() - t0:.0f} s; everything keeps running")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
     print(f"  {cluster.kubectl_bin} get configmaps -n {NS}")
+    print(f"  export PATH={Path(PY).parent}:$PATH   # kubectl finds the kubectl-aibom plugin")
+    print(
+        f"  kubectl aibom tree dgd/vllm-agg -n {NS}; kubectl aibom get dgd/vllm-agg -n {NS} -o wide"
+    )
+    print(f"  kubectl aibom find -A --image nginx:1.27; kubectl aibom explain pod/<name> -n {NS}")
     print(f"  metrics: curl -s http://127.0.0.1:{METRICS_PORT}/metrics | grep aibom_")
     print("  stop everything: make demo-down")
     return 0

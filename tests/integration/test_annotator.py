@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
-from annotator.configmap import unpack
+from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 
 pytestmark = pytest.mark.integration

@@ -50,6 +50,11 @@ def test_make_demo(tmp_path: Path) -> None:
         assert "Pod/vllm-0-1  [rolled-up] -> LeaderWorkerSet/vllm" in out
         assert "aibom.rollup.owned.3 = DynamoComponentDeployment/vllm-agg-vllmdecodeworker" in out
         assert "documents of rolled-up children: none" in out
+        # The kubectl plugin, run by the real kubectl (README's quick tour).
+        assert "==> kubectl aibom tree dgd/vllm-agg -n aibom-demo" in out
+        assert "DynamoGraphDeployment/vllm-agg  [root]" in out
+        assert "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg" in out
+        assert "the carried stamp is current" in out
         state = json.loads((tmp_path / "up" / "state.json").read_text())
         cms = subprocess.run(
             [str(kubectl_path()), "--kubeconfig", state["kubeconfig"], "get", "configmaps",

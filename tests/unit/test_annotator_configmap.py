@@ -14,15 +14,14 @@ import pytest
 from aibom_core.bom import RootView, build_document, validate
 from aibom_core.kinds import default_registry
 from aibom_core.objects import ObjRef
+from aibom_core.rollup import MANAGED_BY_LABEL, unpack
 from annotator.configmap import (
-    MANAGED_BY_LABEL,
     DocLabels,
     configmap_body,
     fit,
     is_current,
     label_value,
     truncate,
-    unpack,
 )
 from tests.unit.kobj import mk
 

@@ -69,6 +69,21 @@ def test_tree_text_nests_children_under_owners(
     assert any("(NotFound apps/Deployment/gone)" in line for line in lines)
 
 
+def test_tree_shows_a_mirrored_replicaset_as_mirrored_not_as_a_second_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A stamped plain Deployment: its ReplicaSet's stamp copies `rollup: root`.
+    dep = mk("Deployment", "web", annotations={"aibom.dev/rollup": "root"})
+    rs = mk("ReplicaSet", "web-1", dep)
+    assert main(["tree", str(_write(tmp_path / "d.json", [dep, rs]))]) == 0
+    out = capsys.readouterr().out
+    assert "ReplicaSet/web-1  [rolled-up; stamp mirrors Deployment/web] -> Deployment/web" in out
+    assert out.count("[root") == 1
+    assert main(["tree", str(_write(tmp_path / "d.json", [dep, rs])), "-o", "json"]) == 0
+    records = {r["kind"]: r for r in json.loads(capsys.readouterr().out)}
+    assert records["ReplicaSet"]["rollup"] == "root"  # the stamp itself is the copy
+
+
 def test_tree_prints_cycles_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = mk("Pod", "a", uid="ua")
     b = mk("ReplicaSet", "b", a, uid="ub")

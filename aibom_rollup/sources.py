@@ -1,0 +1,331 @@
+"""Where `kubectl aibom` reads objects and documents: a live cluster, or a dump.
+
+One interface, two readers, so every subcommand has exactly one code path and
+`--from-file dump.json` gives the offline answer with the same output:
+
+- `LiveSource` reads through the same async raw-JSON client as the webhook
+  and the annotator (`aibom_rollup.kube.Kube`): owners by GET, exactly as the
+  webhook's walk does (without its cache), namespaces by paginated LIST of
+  every kind the registry walks, documents from the AIBOM ConfigMaps.
+- `DumpSource` answers from an `OwnershipGraph` built from the dump, whose
+  `lookup` behaves like a live GET (the walk's UID check decides); documents
+  are the dump's AIBOM ConfigMaps when it holds any, else the core builds them
+  from the dump's workloads, as `aibom-rollup scan` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aibom_core.bom import facts_of, input_hash, render
+from aibom_core.dump import Dump
+from aibom_core.graph import POD, OwnershipGraph, build_graph
+from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, with_registry
+from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.objects import Obj, metadata
+from aibom_core.rollup import (
+    MANAGED_BY_LABEL,
+    MANAGED_SELECTOR,
+    PackedDocumentError,
+    configmap_name,
+    inventory,
+    unpack,
+)
+from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
+from aibom_rollup.kube import ApiResource, Kube, KubeError
+
+REPLICA_SET = GroupKind("apps", "ReplicaSet")
+CONFIG_MAP = GroupKind("", "ConfigMap")
+LIST_PAGE = 500
+
+
+class SourceError(Exception):
+    """The cluster (or dump) could not answer; the message is for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """One AIBOM document and the root it belongs to."""
+
+    namespace: str
+    configmap: str
+    root_hop: str  # `<group>/<Kind>/<name>` (group `core` for the core group)
+    raw: bytes
+    body: dict[str, Any]
+
+    @property
+    def root(self) -> str:
+        """`<Kind>/<name>`, the form of `aibom.dev/root`."""
+        _, kind, name = self.root_hop.split("/", 2)
+        return f"{kind}/{name}"
+
+
+class Source(Protocol):
+    registry: KindRegistry
+    default_namespace: str
+
+    async def kinds(self) -> list[KindInfo]: ...
+
+    async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None: ...
+
+    async def fetch_owner(self, req: OwnerRequest) -> Fetched: ...
+
+    async def graph(self, namespace: str | None) -> OwnershipGraph: ...
+
+    async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]: ...
+
+    async def document(self, namespace: str, kind: str, name: str) -> Doc | None: ...
+
+
+def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
+    """The document of an AIBOM ConfigMap (None when it holds none); raises SourceError."""
+    meta = metadata(cm)
+    ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+    try:
+        raw = unpack(cm)
+    except PackedDocumentError as exc:
+        raise SourceError(f"configmap {ns}/{name}: {exc}") from None
+    if raw is None:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise SourceError(f"configmap {ns}/{name}: the document is not JSON: {exc}") from None
+    annotations = meta.get("annotations") or {}
+    hop = str(annotations.get(f"{prefix}document-for", "")) if isinstance(annotations, dict) else ""
+    if hop.count("/") < 2:
+        hop = _hop_from_document(body) or f"?/?/{name}"
+    return Doc(namespace=ns, configmap=name, root_hop=hop, raw=raw, body=body)
+
+
+def _hop_from_document(body: Any) -> str | None:
+    """`group/Kind/name` from the document's root component (ConfigMaps without our annotation)."""
+    comp = (body.get("metadata") or {}).get("component") if isinstance(body, dict) else None
+    if not isinstance(comp, dict):
+        return None
+    props = {p.get("name"): p.get("value") for p in comp.get("properties") or []}
+    kind, api_version = props.get("aibom.k8s.kind"), props.get("aibom.k8s.apiVersion", "")
+    if not kind:
+        return None
+    group = str(api_version).rpartition("/")[0] or "core"
+    return f"{group}/{kind}/{comp.get('name', '')}"
+
+
+def _walked(registry: KindRegistry) -> list[GroupKind]:
+    return sorted(registry.tracked | registry.walk_only | {POD, REPLICA_SET})
+
+
+class LiveSource:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        registry: KindRegistry,
+        default_namespace: str,
+        prefix: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+    ) -> None:
+        self.kube = kube
+        self.registry = registry
+        self.default_namespace = default_namespace
+        self.prefix = prefix
+        self.max_depth = max_depth
+
+    async def kinds(self) -> list[KindInfo]:
+        try:
+            served = await self.kube.discovery.all()
+        except KubeError as exc:
+            raise SourceError(f"cannot reach the API server: {exc}") from None
+        return with_registry((_info(r) for r in served), self.registry)
+
+    async def _resource(self, gk: GroupKind) -> ApiResource | None:
+        try:
+            return await self.kube.discovery.resource(gk)
+        except KubeError as exc:
+            raise SourceError(f"cannot reach the API server: {exc}") from None
+
+    async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
+        res = await self._resource(kind.group_kind)
+        if res is None:
+            raise SourceError(f"the server does not serve {kind.group_kind}")
+        resp = await self._request("GET", res.path(namespace, name))
+        if resp.status == 404:
+            return None
+        _check(resp.status, resp.body, f"get {res.plural} {name}")
+        return dict(resp.body)
+
+    async def fetch_owner(self, req: OwnerRequest) -> Fetched:
+        return await self.kube.get_owner(req.namespace, req.owner)
+
+    async def _request(self, method: str, path: str, params: dict[str, str] | None = None) -> Any:
+        try:
+            return await self.kube.request(method, path, params=params)
+        except (KubeError, TimeoutError) as exc:
+            raise SourceError(f"{method} {path}: {exc or 'timed out'}") from None
+
+    async def _list(
+        self, res: ApiResource, namespace: str | None, selector: str | None = None
+    ) -> tuple[list[Obj], int]:
+        """Every object of a kind (paginated); the HTTP status of a refusal, else 200."""
+        items: list[Obj] = []
+        params: dict[str, str] = {"limit": str(LIST_PAGE)}
+        if selector:
+            params["labelSelector"] = selector
+        while True:
+            resp = await self._request("GET", res.path(namespace), params)
+            if resp.status in (401, 403):
+                return [], resp.status
+            _check(resp.status, resp.body, f"list {res.plural}")
+            body = resp.body
+            # A List's items carry no apiVersion/kind: put them back, the core needs them.
+            for item in body.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
+            cont = (body.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, 200
+            params["continue"] = cont
+
+    async def graph(self, namespace: str | None) -> OwnershipGraph:
+        objects: list[Obj] = []
+        unavailable: dict[GroupKind, Reason] = {}
+        for gk in _walked(self.registry):
+            res = await self._resource(gk)
+            if res is None:
+                unavailable[gk] = Reason.NO_MATCH
+                continue
+            items, status = await self._list(res, namespace)
+            if status != 200:
+                unavailable[gk] = Reason.FORBIDDEN
+            objects += items
+        return build_graph(
+            objects, self.registry, max_depth=self.max_depth, unavailable=unavailable
+        )
+
+    async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
+        res = await self._resource(CONFIG_MAP)
+        assert res is not None  # core v1 ConfigMaps are always served
+        sel = MANAGED_SELECTOR + (f",{selector}" if selector else "")
+        items, status = await self._list(res, namespace, sel)
+        if status != 200:
+            where = f"in namespace {namespace}" if namespace else "cluster-wide"
+            raise SourceError(f"forbidden: cannot list configmaps {where} (HTTP {status})")
+        docs = [doc_of(cm, prefix=self.prefix) for cm in items]
+        return _sorted(d for d in docs if d is not None)
+
+    async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
+        res = await self._resource(CONFIG_MAP)
+        assert res is not None
+        resp = await self._request("GET", res.path(namespace, configmap_name(kind, name)))
+        if resp.status == 404:
+            return None
+        _check(resp.status, resp.body, f"get configmap {configmap_name(kind, name)}")
+        labels = metadata(resp.body).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != "aibom-rollup":
+            return None
+        return doc_of(resp.body, prefix=self.prefix)
+
+
+class DumpSource:
+    def __init__(
+        self,
+        dump: Dump,
+        *,
+        registry: KindRegistry,
+        prefix: str,
+        tool_version: str,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        default_namespace: str = "default",
+    ) -> None:
+        self.dump = dump
+        self.registry = registry
+        self.prefix = prefix
+        self.tool_version = tool_version
+        self.default_namespace = default_namespace
+        self._graph = build_graph(dump.objects, registry, max_depth=max_depth)
+
+    async def kinds(self) -> list[KindInfo]:
+        known = list(BUILTIN_KINDS)
+        have = {k.group_kind for k in known}
+        for obj in self.dump.objects:
+            gk = group_kind_of(obj)
+            if gk not in have and gk.kind:
+                have.add(gk)
+                known.append(KindInfo(gk.group, gk.kind, gk.kind.lower() + "s", gk.kind.lower()))
+        return with_registry(known, self.registry)
+
+    async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
+        return self._graph.find(namespace, kind.group_kind, name)
+
+    async def fetch_owner(self, req: OwnerRequest) -> Fetched:
+        return self._graph.lookup(req)
+
+    async def graph(self, namespace: str | None) -> OwnershipGraph:
+        return self._graph
+
+    def _stored(self) -> list[Obj]:
+        return [
+            o
+            for o in self.dump.objects
+            if group_kind_of(o) == CONFIG_MAP
+            and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == "aibom-rollup"
+        ]
+
+    async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
+        stored = self._stored()
+        if stored:
+            docs = [doc_of(cm, prefix=self.prefix) for cm in stored]
+            found = (d for d in docs if d is not None)
+            return _sorted(d for d in found if namespace is None or d.namespace == namespace)
+        if selector:
+            raise SourceError("-l selects AIBOM ConfigMaps; this dump holds none")
+        out = []
+        wanted = None if namespace is None else [namespace]
+        for entry in inventory(self._graph, namespaces=wanted):
+            facts = facts_of(entry.view, self.registry)
+            digest = input_hash(facts, tool_version=self.tool_version)
+            raw = render(facts, tool_version=self.tool_version, digest=digest)
+            out.append(
+                Doc(
+                    namespace=entry.ref.namespace,
+                    configmap=entry.configmap_name,
+                    root_hop=entry.ref.hop,
+                    raw=raw,
+                    body=json.loads(raw),
+                )
+            )
+        return _sorted(out)
+
+    async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
+        for doc in await self.documents(namespace, None):
+            if doc.root == f"{kind}/{name}":
+                return doc
+        return None
+
+
+def _sorted(docs: Iterable[Doc]) -> list[Doc]:
+    return sorted(docs, key=lambda d: (d.namespace, d.root, d.root_hop))
+
+
+def _info(r: ApiResource) -> KindInfo:
+    return KindInfo(
+        group=r.group,
+        kind=r.kind,
+        plural=r.plural,
+        singular=r.singular or r.kind.lower(),
+        short_names=r.short_names,
+        namespaced=r.namespaced,
+    )
+
+
+def _check(status: int, body: Any, what: str) -> None:
+    if 200 <= status < 300 and isinstance(body, dict):
+        return
+    message = body.get("message") if isinstance(body, dict) else str(body)[:200]
+    if status in (401, 403):
+        raise SourceError(f"forbidden: cannot {what}: {message}")
+    raise SourceError(f"cannot {what}: HTTP {status}: {message}")
