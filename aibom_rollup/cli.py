@@ -30,6 +30,7 @@ from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.kinds import (
     DEFAULT_KINDS_YAML,
+    GroupKind,
     KindRegistry,
     RegistryError,
     default_registry,
@@ -317,10 +318,14 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
         out.write(DEFAULT_KINDS_YAML)
         return 0
     reg = registry_of(args)
-    lines = ["tracked:"]
-    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.tracked)]
-    lines += ["walkOnly:"]
-    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.walk_only)]
+
+    def entry(gk: GroupKind) -> str:
+        resource = reg.resources.get(gk)
+        extra = f", resource: {resource}" if resource else ""
+        return f"  - {{group: {gk.group!r}, kind: {gk.kind}{extra}}}"
+
+    lines = ["tracked:", *(entry(gk) for gk in sorted(reg.tracked))]
+    lines += ["walkOnly:", *(entry(gk) for gk in sorted(reg.walk_only))]
     out.write("\n".join(lines) + "\n")
     return 0
 
