@@ -4,6 +4,7 @@ Subcommands:
   scan       offline: read a `kubectl get -A -o json` dump, write or summarise AIBOMs
   tree       offline: print the ownership forest with every object's stamp
   kinds      print the kind registry in effect (the YAML a user would extend)
+  policy     print the provenance guard (ValidatingAdmissionPolicy) for the registry
   webhook    run the mutating admission webhook
   annotator  run the annotator controller
   certs      generate a CA and the webhook's serving certificate
@@ -36,6 +37,14 @@ from aibom_core.kinds import (
     default_registry,
     registry_from_config,
 )
+from aibom_core.provenance import (
+    BINDING_NAME,
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    POLICY_NAME,
+    SHIPPED_PATH,
+)
+from aibom_core.provenance import render as render_policy
 from aibom_core.rollup import RootEntry, inventory
 from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
 from aibom_core.walk import DEFAULT_MAX_DEPTH, WalkResult
@@ -330,6 +339,26 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# -- policy ------------------------------------------------------------------
+
+
+def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
+    text = render_policy(registry_of(args))
+    if not args.output or args.output == "-":
+        out.write(text)
+        return 0
+    target = Path(args.output)
+    try:
+        _write_atomic(target, text.encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{target}: {exc.strerror or exc}") from None
+    print(
+        f"wrote ValidatingAdmissionPolicy {POLICY_NAME} and its binding to {target}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 # -- parser ------------------------------------------------------------------
 
 # Process subcommands live in their packages; imported only when used (the
@@ -394,6 +423,22 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     kinds.add_argument("--kinds", metavar="FILE", help="a registry file to merge and show")
     kinds.set_defaults(func=cmd_kinds)
+
+    pol = sub.add_parser(
+        "policy",
+        help="print the provenance guard (ValidatingAdmissionPolicy) for the kind registry",
+        description=f"Print the ValidatingAdmissionPolicy {POLICY_NAME} and its binding "
+        f"{BINDING_NAME} (YAML), generated from the kind registry: in namespaces labelled "
+        f"{OPT_IN_LABEL}=true (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
+        "server refuses a CREATE or UPDATE that adds or changes a controller ownerReference "
+        "to a kind of the registry unless the requester may update that owner's "
+        "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "
+        "(an entry's `resource:` names its plural when the guess, lowercased kind + s, is "
+        f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance.md.",
+    )
+    pol.add_argument("--kinds", metavar="FILE", help="a registry file to merge (as for scan)")
+    pol.add_argument("-o", "--output", metavar="FILE", help="write the YAML here instead of stdout")
+    pol.set_defaults(func=cmd_policy)
 
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in _PLUGINS.items():
