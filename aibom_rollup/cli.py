@@ -29,6 +29,14 @@ from typing import Any, TextIO
 from aibom_core.bom import Facts, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
+from aibom_core.guard import (
+    BINDING_NAME,
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    POLICY_NAME,
+    SHIPPED_PATH,
+)
+from aibom_core.guard import render as render_policy
 from aibom_core.kinds import (
     DEFAULT_KINDS_YAML,
     GroupKind,
@@ -37,14 +45,6 @@ from aibom_core.kinds import (
     default_registry,
     registry_from_config,
 )
-from aibom_core.provenance import (
-    BINDING_NAME,
-    OPT_OUT_LABEL,
-    OPT_OUT_VALUE,
-    POLICY_NAME,
-    SHIPPED_PATH,
-)
-from aibom_core.provenance import render as render_policy
 from aibom_core.rollup import RootEntry, inventory
 from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
 from aibom_core.walk import DEFAULT_MAX_DEPTH, WalkResult

@@ -445,7 +445,7 @@ def test_guard_holds_while_the_webhook_is_down(
 def test_unguarded_namespaces_let_it_through(
     control_plane: ControlPlane, kubectl: Kubectl, guard: None, namespace: str, tmp_path: Path
 ) -> None:
-    """Not opted in, opted out, or kube-system: the guard does not apply (docs say so)."""
+    """Not opted in, or opted out: the guard does not apply (the docs say so)."""
     ns = namespace
     owner = apply(kubectl, deployment(ns, "web"))
     sa = tenant(control_plane, kubectl, tmp_path, ns)
@@ -461,43 +461,6 @@ def test_unguarded_namespaces_let_it_through(
     # Any other value of the opt-out label does not opt out.
     label(kubectl, ns, "aibom.dev/provenance-guard=enabled")
     wait_for("the guard back", lambda: _probe_refused(control_plane, ns))
-
-
-def test_kube_system_is_never_guarded(
-    control_plane: ControlPlane, kubectl: Kubectl, guard: None, namespace: str, tmp_path: Path
-) -> None:
-    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
-    sa = ServiceAccount(
-        control_plane,
-        kubectl,
-        tmp_path,
-        namespace,
-        "tenant",
-        rules=rules,
-        role_namespace="kube-system",
-    )
-    label(kubectl, "kube-system", "aibom.dev/enabled=true")
-    role = f"{namespace}-tenant"
-    try:
-        fake = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "coredns", "uid": str(uuid.uuid4())},
-        }
-        # Proven effective elsewhere at the same time: a labelled namespace is refused.
-        label(kubectl, namespace, "aibom.dev/enabled=true")
-        wait_for("the guard", lambda: _probe_refused(control_plane, namespace))
-        admitted(sa.create(pod("kube-system", "forged", ref(fake)), dry_run=True))
-    finally:
-        kubectl("label", "namespace", "kube-system", "aibom.dev/enabled-")
-        kubectl(
-            "delete",
-            "-n",
-            "kube-system",
-            f"role/{role}",
-            f"rolebinding/{role}",
-            "--ignore-not-found",
-        )
 
 
 def test_update_checks_added_and_changed_references_not_kept_ones(

@@ -29,9 +29,6 @@ BINDING_NAME = "aibom-rollup-provenance"
 OPT_IN_LABEL = "aibom.dev/enabled"
 OPT_OUT_LABEL = "aibom.dev/provenance-guard"
 OPT_OUT_VALUE = "disabled"
-# Never guarded, even when labelled: the system's own controllers must not
-# depend on anyone's policy (the webhook excludes it for the same reason).
-EXCLUDED_NAMESPACES = ("kube-system",)
 SHIPPED_PATH = "manifests/provenance/policy.yaml"
 
 # What may go into a CEL string literal unescaped (the registry validates
@@ -176,7 +173,12 @@ def policy(registry: KindRegistry) -> Doc:
 
 
 def binding() -> Doc:
-    """The binding: every opted-in namespace that did not opt out (never kube-system)."""
+    """The binding: every opted-in namespace that did not opt out.
+
+    Exactly the contract's selector: the webhook and the annotator call a
+    namespace guarded on these two labels (and the binding existing), so any
+    further exclusion here would make them trust references nobody checked.
+    """
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -195,11 +197,6 @@ def binding() -> Doc:
                     "matchExpressions": [
                         {"key": OPT_IN_LABEL, "operator": "In", "values": ["true"]},
                         {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
-                        {
-                            "key": "kubernetes.io/metadata.name",
-                            "operator": "NotIn",
-                            "values": list(EXCLUDED_NAMESPACES),
-                        },
                     ]
                 }
             },
@@ -234,7 +231,7 @@ _HEADER = f"""\
 #   a reference to them, so it can prove nothing there.
 # - Bound to namespaces labelled {OPT_IN_LABEL}=true, unless labelled
 #   {OPT_OUT_LABEL}={OPT_OUT_VALUE} (for a third-party controller that
-#   lacks the permission), never {", ".join(EXCLUDED_NAMESPACES)}.
+#   lacks the permission).
 """
 
 

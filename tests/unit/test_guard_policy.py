@@ -1,7 +1,7 @@
 """The provenance guard generator (`aibom-rollup policy`) and its shipped copy.
 
 What the policy does on a real API server (refusals, the controllers that
-still work, the CEL cost) is tests/integration/test_provenance.py; here: the
+still work, the CEL cost) is tests/integration/test_guard.py; here: the
 generated document covers the registry, the shipped file is the generator's
 output, and the command's edges.
 """
@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aibom_core.kinds import GroupKind, KindRegistry, default_registry, registry_from_config
-from aibom_core.provenance import (
+from aibom_core.guard import (
     BINDING_NAME,
     POLICY_NAME,
     SHIPPED_PATH,
@@ -24,6 +23,7 @@ from aibom_core.provenance import (
     policy,
     render,
 )
+from aibom_core.kinds import GroupKind, KindRegistry, default_registry, registry_from_config
 from aibom_rollup.cli import main
 from tests.unit.manifest_docs import MANIFESTS, REPO, components, only
 
@@ -92,7 +92,7 @@ def test_configured_kinds_are_matched_and_checked() -> None:
     assert {("ray.io", "rayservices"), ("ray.io", "rayclustersets/status")} <= _matched(policy(reg))
 
 
-def test_binding_selects_opted_in_not_opted_out_never_kube_system() -> None:
+def test_binding_selects_opted_in_not_opted_out() -> None:
     doc = binding()
     assert doc["spec"]["policyName"] == POLICY_NAME
     assert doc["spec"]["validationActions"] == ["Deny"]
@@ -100,7 +100,6 @@ def test_binding_selects_opted_in_not_opted_out_never_kube_system() -> None:
         "matchExpressions": [
             {"key": "aibom.dev/enabled", "operator": "In", "values": ["true"]},
             {"key": "aibom.dev/provenance-guard", "operator": "NotIn", "values": ["disabled"]},
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
         ]
     }
     assert policy(REG)["spec"]["failurePolicy"] == "Fail"
