@@ -214,7 +214,7 @@ _HEADER = f"""\
 # webhook and the annotator):
 #   aibom-rollup policy --kinds FILE -o {SHIPPED_PATH}
 #
-# The provenance guard (issue 12, docs/provenance.md). A CREATE or UPDATE that
+# The provenance guard (issue 12, docs/provenance-guard.md). A CREATE or UPDATE that
 # adds or changes a controller ownerReference to a kind of the registry is
 # refused unless the requester may `update` the owner's `finalizers`
 # subresource (API group of the reference's apiVersion, the kind's plural

@@ -48,7 +48,7 @@ DEFAULT_KINDS_YAML = """\
 #            in their root's aibom.rollup.owned.<i> properties otherwise.
 # walkOnly:  intermediates the walk passes through; never reported, never listed.
 # Only these kinds are walked: an ownerReference to any other kind is not an
-# edge of the roll-up (docs/provenance.md).
+# edge of the roll-up (docs/provenance-guard.md).
 # Add a kind with `--kinds FILE` (same shape); entries are merged with these
 # unless the file says `replace: true`. An entry may name its plural API
 # resource (`resource: rayservices`); without it the resource is the

@@ -127,7 +127,7 @@ def walk(
             # Only kinds of the registry are edges of the roll-up: the
             # provenance guard (`aibom-rollup policy`) proves exactly those,
             # so a reference to any other kind, which nothing proves, ends
-            # the chain here as if there were none (docs/provenance.md).
+            # the chain here as if there were none (docs/provenance-guard.md).
             break
         req = OwnerRequest(namespace=ns, owner=owner, child=current_ref)
         if len(chain) >= max_depth:

@@ -434,7 +434,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "to a kind of the registry unless the requester may update that owner's "
         "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "
         "(an entry's `resource:` names its plural when the guess, lowercased kind + s, is "
-        f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance.md.",
+        f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance-guard.md.",
     )
     pol.add_argument("--kinds", metavar="FILE", help="a registry file to merge (as for scan)")
     pol.add_argument("-o", "--output", metavar="FILE", help="write the YAML here instead of stdout")

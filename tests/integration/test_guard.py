@@ -16,7 +16,9 @@ guard checked the wrong resource or re-checked kept references.
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -28,6 +30,8 @@ from typing import Any
 import pytest
 import yaml
 
+from aibom_core.objects import ObjRef
+from annotator.configmap import owner_reference
 from tests.controlplane import (
     REPO_ROOT,
     ClientIdentity,
@@ -233,7 +237,7 @@ class ServiceAccount:
             },
         )
         assert resp.status == 201, resp.body
-        token = resp.json()["status"]["token"]
+        token = self.token = resp.json()["status"]["token"]
         self.kubeconfig = _kubeconfig(cp, workdir / f"{ns}-{name}.kubeconfig", self.username, token)
         # RBAC is read from an informer: wait until the role is in effect for this token.
         first = rules[0]
@@ -251,6 +255,30 @@ class ServiceAccount:
         self, *args: str, input: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         return self.kubectl(*args, kubeconfig=self.kubeconfig, input=input, check=check)
+
+    def patch(self, path: str, body: Obj) -> tuple[int, Obj]:
+        """A merge PATCH with this account's token, and nothing else (kubectl would GET first)."""
+        ctx = ssl.create_default_context(cafile=str(self.cp.ca_file))
+        assert self.cp.ports is not None
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", self.cp.ports.apiserver, context=ctx, timeout=30
+        )
+        try:
+            conn.request(
+                "PATCH",
+                path,
+                body=json.dumps(body),
+                headers={
+                    "Authorization": f"Bearer {self.token}",
+                    "Content-Type": "application/merge-patch+json",
+                    "Accept": "application/json",
+                },
+            )
+            resp = conn.getresponse()
+            result: Obj = json.loads(resp.read())
+            return resp.status, result
+        finally:
+            conn.close()
 
     def create(self, obj: Obj, *, dry_run: bool = False) -> subprocess.CompletedProcess[str]:
         args = ["create", "-f", "-", "-o", "json"] + (["--dry-run=server"] if dry_run else [])
@@ -651,6 +679,51 @@ def test_orphaning_and_adoption_work_under_the_guard(kubectl: Kubectl, guarded: 
     )
     # Adopted, not replaced.
     assert sorted(p["metadata"]["name"] for p in pods()) == names
+
+
+def test_the_annotators_writes_pass_the_guard(
+    control_plane: ControlPlane, kubectl: Kubectl, guarded: str, tmp_path: Path
+) -> None:
+    """The annotator under its shipped rules: stamp patches on owned objects and its
+    documents (a plain ownerReference to the root) are not controller references."""
+    ns = guarded
+    docs = yaml.safe_load_all((MANIFESTS / "annotator/rbac.yaml").read_text())
+    role = next(d for d in docs if d and d["kind"] == "ClusterRole")
+    annotator = ServiceAccount(
+        control_plane, kubectl, tmp_path, ns, "annotator", rules=role["rules"]
+    )
+    dep = apply(kubectl, deployment(ns, "web", replicas=1))
+    (rs,) = wait_for(
+        "the ReplicaSet",
+        lambda: [r for r in get(kubectl, ns, "replicasets")["items"] if _controlled_by(r, dep)],
+    )
+    (owned,) = wait_for(
+        "its Pod", lambda: [p for p in get(kubectl, ns, "pods")["items"] if _controlled_by(p, rs)]
+    )
+    stamp = {
+        "metadata": {
+            "annotations": {"aibom.dev/rollup": "rolled-up", "aibom.dev/root": "Deployment/web"}
+        }
+    }
+    status, patched = annotator.patch(
+        f"/api/v1/namespaces/{ns}/pods/{owned['metadata']['name']}", stamp
+    )
+    assert status == 200, patched
+    assert _controlled_by(patched, rs)
+    root = ObjRef(
+        namespace=ns, group="apps", kind="Deployment", name="web", uid=dep["metadata"]["uid"]
+    )
+    document = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "aibom-deployment-web",
+            "namespace": ns,
+            "ownerReferences": [owner_reference(root, "apps/v1")],
+        },
+        "data": {"aibom.json": "{}"},
+    }
+    admitted(annotator.create(document))
 
 
 # -- the CEL cost -------------------------------------------------------------------------
