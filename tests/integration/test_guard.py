@@ -241,14 +241,13 @@ class ServiceAccount:
         self.kubeconfig = _kubeconfig(cp, workdir / f"{ns}-{name}.kubeconfig", self.username, token)
         # RBAC is read from an informer: wait until the role is in effect for this token.
         first = rules[0]
-        verb, resource = first["verbs"][0], first["resources"][0]
-        group = first["apiGroups"][0]
+        verb, group = first["verbs"][0], first["apiGroups"][0]
+        resource, _, sub = first["resources"][0].partition("/")
         what = f"{resource}.{group}" if group else resource
+        can_i = ["auth", "can-i", verb, what, "-n", at, *([f"--subresource={sub}"] if sub else [])]
         wait_for(
-            f"{self.username} to be allowed {verb} {what}",
-            lambda: (
-                self.run("auth", "can-i", verb, what, "-n", at, check=False).stdout.strip() == "yes"
-            ),
+            f"{self.username} to be allowed {verb} {what} {sub}",
+            lambda: self.run(*can_i, check=False).stdout.strip() == "yes",
         )
 
     def run(
@@ -556,6 +555,67 @@ def test_update_checks_added_and_changed_references_not_kept_ones(
     # ...and may drop the reference (orphaning is never checked).
     orphan = admitted(patch("theirs", [{"op": "remove", "path": "/metadata/ownerReferences"}]))
     assert not orphan["metadata"].get("ownerReferences")
+
+
+def test_a_status_write_cannot_forge_a_reference_either(
+    control_plane: ControlPlane, kubectl: Kubectl, guarded: str, tmp_path: Path
+) -> None:
+    """A write through replicasets/status may change metadata.ownerReferences (unlike
+    pods/status): the guard matches the status subresource too."""
+    ns = guarded
+    graph = apply(kubectl, dgd(ns, "graph"))
+    apply(kubectl, replicaset(ns, "rs", "status", 0))
+    rules = [{"apiGroups": ["apps"], "resources": ["replicasets/status"], "verbs": ["patch"]}]
+    sa = tenant(control_plane, kubectl, tmp_path, ns, rules)
+    forged = {"metadata": {"ownerReferences": [ref(graph)]}}
+    status, body = sa.patch(f"/apis/apps/v1/namespaces/{ns}/replicasets/rs/status", forged)
+    assert status == 403, body
+    assert_guard_message(body["message"], sa, graph, "dynamographdeployments")
+    assert not get(kubectl, ns, "replicaset/rs")["metadata"].get("ownerReferences")
+
+
+def test_kubectl_create_job_from_cronjob_needs_the_cronjobs_finalizers(
+    control_plane: ControlPlane, kubectl: Kubectl, guarded: str, tmp_path: Path
+) -> None:
+    """`kubectl create job --from=cronjob/X` writes a controller reference (docs say so)."""
+    ns = guarded
+    cron = apply(
+        kubectl,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly", "namespace": ns},
+            "spec": {
+                "schedule": "0 0 1 1 *",
+                "suspend": True,
+                "jobTemplate": {
+                    "spec": {
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [{"name": "main", "image": IMAGE}],
+                            }
+                        }
+                    }
+                },
+            },
+        },
+    )
+    rules = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
+        {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]},
+    ]
+    user = tenant(control_plane, kubectl, tmp_path, ns, rules)
+    err = refused(
+        user.run("create", "-n", ns, "job", "manual", "--from=cronjob/nightly", check=False)
+    )
+    assert_guard_message(err, user, cron, "cronjobs")
+    rules.append(
+        {"apiGroups": ["batch"], "resources": ["cronjobs/finalizers"], "verbs": ["update"]}
+    )
+    allowed = ServiceAccount(control_plane, kubectl, tmp_path, ns, "runner", rules=rules)
+    allowed.run("create", "-n", ns, "job", "manual", "--from=cronjob/nightly")
+    assert _controlled_by(get(kubectl, ns, "job/manual"), cron)
 
 
 def test_operator_with_the_finalizers_permission_creates_children(
