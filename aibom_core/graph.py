@@ -179,6 +179,8 @@ class OwnershipGraph:
     def _edge(self, node: _Node) -> str | None:
         if node.owner_at is None or node.owner is None:
             return None
+        if not self.registry.is_known(node.owner.group_kind):
+            return None  # not an edge of the roll-up: the walk stops there too
         found = self._by_name.get(node.owner_at)
         if found is None or found != node.owner.uid:
             return None

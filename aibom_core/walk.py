@@ -109,7 +109,9 @@ def walk(
 ) -> Generator[OwnerRequest, Fetched, WalkResult]:
     """Walk controller ownerReferences up from `obj`; yields one request per hop.
 
-    An object with no controller owner yields nothing (zero requests).
+    An object with no controller owner yields nothing (zero requests); nor
+    does one whose controller is of a kind the registry does not know (not an
+    edge: the object is the top of its chain).
     """
     subject = ref_of(obj, namespace=namespace)
     ns = subject.namespace
@@ -121,6 +123,12 @@ def walk(
     failure: HopFailure | None = None
     current, current_ref = obj, subject
     while (owner := controller_ref(current)) is not None:
+        if not registry.is_known(owner.group_kind):
+            # Only kinds of the registry are edges of the roll-up: the
+            # provenance guard (`aibom-rollup policy`) proves exactly those,
+            # so a reference to any other kind, which nothing proves, ends
+            # the chain here as if there were none (docs/provenance-guard.md).
+            break
         req = OwnerRequest(namespace=ns, owner=owner, child=current_ref)
         if len(chain) >= max_depth:
             failure = _failed(req, Reason.DEPTH_EXCEEDED)

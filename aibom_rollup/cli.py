@@ -4,6 +4,7 @@ Subcommands:
   scan       offline: read a `kubectl get -A -o json` dump, write or summarise AIBOMs
   tree       offline: print the ownership forest with every object's stamp
   kinds      print the kind registry in effect (the YAML a user would extend)
+  policy     print the provenance guard (ValidatingAdmissionPolicy) for the registry
   webhook    run the mutating admission webhook
   annotator  run the annotator controller
   certs      generate a CA and the webhook's serving certificate
@@ -28,8 +29,17 @@ from typing import Any, TextIO
 from aibom_core.bom import Facts, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
+from aibom_core.guard import (
+    BINDING_NAME,
+    OPT_OUT_LABEL,
+    OPT_OUT_VALUE,
+    POLICY_NAME,
+    SHIPPED_PATH,
+)
+from aibom_core.guard import render as render_policy
 from aibom_core.kinds import (
     DEFAULT_KINDS_YAML,
+    GroupKind,
     KindRegistry,
     RegistryError,
     default_registry,
@@ -325,11 +335,35 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
         out.write(DEFAULT_KINDS_YAML)
         return 0
     reg = registry_of(args)
-    lines = ["tracked:"]
-    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.tracked)]
-    lines += ["walkOnly:"]
-    lines += [f"  - {{group: {gk.group!r}, kind: {gk.kind}}}" for gk in sorted(reg.walk_only)]
+
+    def entry(gk: GroupKind) -> str:
+        resource = reg.resources.get(gk)
+        extra = f", resource: {resource}" if resource else ""
+        return f"  - {{group: {gk.group!r}, kind: {gk.kind}{extra}}}"
+
+    lines = ["tracked:", *(entry(gk) for gk in sorted(reg.tracked))]
+    lines += ["walkOnly:", *(entry(gk) for gk in sorted(reg.walk_only))]
     out.write("\n".join(lines) + "\n")
+    return 0
+
+
+# -- policy ------------------------------------------------------------------
+
+
+def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
+    text = render_policy(registry_of(args))
+    if not args.output or args.output == "-":
+        out.write(text)
+        return 0
+    target = Path(args.output)
+    try:
+        _write_atomic(target, text.encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{target}: {exc.strerror or exc}") from None
+    print(
+        f"wrote ValidatingAdmissionPolicy {POLICY_NAME} and its binding to {target}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -397,6 +431,22 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     kinds.add_argument("--kinds", metavar="FILE", help="a registry file to merge and show")
     kinds.set_defaults(func=cmd_kinds)
+
+    pol = sub.add_parser(
+        "policy",
+        help="print the provenance guard (ValidatingAdmissionPolicy) for the kind registry",
+        description=f"Print the ValidatingAdmissionPolicy {POLICY_NAME} and its binding "
+        f"{BINDING_NAME} (YAML), generated from the kind registry: in namespaces labelled "
+        f"{OPT_IN_LABEL}=true (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
+        "server refuses a CREATE or UPDATE that adds or changes a controller ownerReference "
+        "to a kind of the registry unless the requester may update that owner's "
+        "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "
+        "(an entry's `resource:` names its plural when the guess, lowercased kind + s, is "
+        f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance-guard.md.",
+    )
+    pol.add_argument("--kinds", metavar="FILE", help="a registry file to merge (as for scan)")
+    pol.add_argument("-o", "--output", metavar="FILE", help="write the YAML here instead of stdout")
+    pol.set_defaults(func=cmd_policy)
 
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in _PLUGINS.items():

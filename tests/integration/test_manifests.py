@@ -207,6 +207,9 @@ def test_root_passes_a_server_side_dry_run(
         f"networkpolicy.networking.k8s.io/{WEBHOOK}",
         f"poddisruptionbudget.policy/{WEBHOOK}",
         f"secret/{WEBHOOK}-tls",
+        # The provenance guard (issue 12): the API server compiled its CEL.
+        "validatingadmissionpolicy.admissionregistration.k8s.io/aibom-rollup-provenance",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/aibom-rollup-provenance",
     ):
         assert name in applied, proc.stdout
 
@@ -359,5 +362,9 @@ def test_every_named_resource_is_served(built: list[Doc], kubectl: Kubectl) -> N
         named |= set(rules_by_resource(role))
     for resources in webhook_rule_resources(only(built, "MutatingWebhookConfiguration")).values():
         named |= resources
+    # The provenance guard's matched resources (their /status subresources too).
+    guard = only(built, "ValidatingAdmissionPolicy", "aibom-rollup-provenance")
+    for rule in guard["spec"]["matchConstraints"]["resourceRules"]:
+        named |= {(g, r.partition("/")[0]) for g in rule["apiGroups"] for r in rule["resources"]}
     missing = named - served
     assert not missing, f"not served by the API server (with the CRDs installed): {sorted(missing)}"

@@ -74,7 +74,7 @@ def _cronjob() -> list[Obj]:
 
 def _unresolved_intermediate() -> list[Obj]:
     # A StatefulSet owned by a kind the reader cannot see: reported as its own root.
-    return [*chain("Widget/w", "StatefulSet/s", "Pod/s-0")]
+    return chain("LeaderWorkerSet/w", "StatefulSet/s", "Pod/s-0")[1:]
 
 
 def _deep_lws_under_dcd() -> list[Obj]:
@@ -189,7 +189,12 @@ CASES = [
         "owner kind we cannot read: the child is reported as a root",
         _unresolved_intermediate(),
         {"StatefulSet/s": ("unresolved", [], ["s-0"])},
-        unavailable={GroupKind("example.com", "Widget"): Reason.FORBIDDEN},
+        unavailable={GroupKind("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): Reason.FORBIDDEN},
+    ),
+    Case(
+        "owner of a kind the registry does not know: not an edge, the child is a root",
+        chain("DynamoGraphDeployment/g", "Widget/w", "StatefulSet/s", "Pod/s-0"),
+        {"DynamoGraphDeployment/g": ("root", [], []), "StatefulSet/s": ("root", [], ["s-0"])},
     ),
     Case("bare pod: no root", [mk("Pod", "debug")], {}),
 ]

@@ -197,22 +197,31 @@ CASES = [
     ),
     Case(
         "kind the server does not serve: NoMatch",
-        chain("Widget/w", "Deployment/d"),
+        chain("DynamoComponentDeployment/c", "Deployment/d"),
         1,
         Rollup.UNRESOLVED,
         "Deployment/d",
         0,
-        reason="NoMatch example.com/Widget/w",
-        unavailable={GroupKind("example.com", "Widget"): Reason.NO_MATCH},
+        reason="NoMatch nvidia.com/DynamoComponentDeployment/c",
+        unavailable={GroupKind("nvidia.com", "DynamoComponentDeployment"): Reason.NO_MATCH},
     ),
+    # Only registry kinds are edges (the provenance guard proves exactly
+    # those): a chain through any other kind, forged or not, ends below it.
     Case(
-        "untracked third-party owner is walked through",
+        "owner of a kind the registry does not know: not an edge, a tracked child is a root",
         chain("DynamoGraphDeployment/g", "Widget/w", "Deployment/d"),
         2,
-        Rollup.ROLLED_UP,
-        "DynamoGraphDeployment/g",
+        Rollup.ROOT,
+        "Deployment/d",
+        0,
+    ),
+    Case(
+        "owner of a kind the registry does not know: not an edge, a Pod is uncovered",
+        chain("DynamoGraphDeployment/g", "Widget/w", "Pod/p"),
         2,
-        nearest="DynamoGraphDeployment/g",
+        Rollup.UNCOVERED,
+        None,
+        0,
     ),
     Case(
         "owner references say v1alpha1, object is v1beta1: matched by group+kind",
@@ -224,13 +233,12 @@ CASES = [
         nearest="DynamoGraphDeployment/g",
     ),
     Case(
-        "same name, other group: not our owner",
+        "same name, other group (not a registry kind): not our owner, not an edge",
         _wrong_group(),
         1,
-        Rollup.UNRESOLVED,
+        Rollup.UNCOVERED,
         None,
         0,
-        reason="NotFound example.com/Deployment/d",
     ),
     Case(
         "Grove direct clique",
@@ -309,6 +317,15 @@ def test_walk(case: Case) -> None:
 
 def test_ownerless_objects_cost_no_lookup() -> None:
     gen = walk(mk("Pod", "p"), registry=REG)
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value.status is Rollup.UNCOVERED
+
+
+def test_owner_of_an_unknown_kind_costs_no_lookup() -> None:
+    """Not an edge: the live walk (the webhook's) does not even GET it."""
+    _, pod = chain("Widget/w", "Pod/p")
+    gen = walk(pod, registry=REG)
     with pytest.raises(StopIteration) as stop:
         next(gen)
     assert stop.value.value.status is Rollup.UNCOVERED
