@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.kinds import GroupKind, group_kind_of
-from aibom_core.objects import Obj, annotations_of, metadata
+from aibom_core.objects import Obj, ObjRef, annotations_of, metadata
 from aibom_core.walk import Rollup, WalkResult
 
 DEFAULT_PREFIX = "aibom.dev/"
@@ -135,7 +135,14 @@ DEPLOYMENT = GroupKind("apps", "Deployment")
 REPLICA_SET = GroupKind("apps", "ReplicaSet")
 
 
-def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, keys: Keys) -> Stamp:
+def mirror_deployment(
+    stamp: Stamp,
+    *,
+    subject: GroupKind,
+    owner: Obj | None,
+    keys: Keys,
+    first_hop: ObjRef | None,
+) -> Stamp:
     """The stamp a ReplicaSet can keep without fighting its Deployment's controller.
 
     Kubernetes' deployment controller copies every annotation of a Deployment
@@ -148,8 +155,17 @@ def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, ke
     each of our keys the Deployment carries. `root` and `root-uid` are the
     same either way; only `rollup` (and a reason) mirror the Deployment. The
     webhook, the annotator and the offline `tree` all apply this one rule.
+
+    Only after a passed check: `first_hop` is the walk's UID-checked first hop
+    (`result.chain[0]`, None when the walk took no hop). An `owner` that is not
+    that hop (a Deployment deleted and re-created under the same name: the
+    walk said `UIDMismatch`) is not this ReplicaSet's controller, and its
+    stamp is never copied: the ReplicaSet keeps its own walk's stamp
+    (`unresolved`), as the annotator computes it from its graph.
     """
     if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
+        return stamp
+    if first_hop is None or first_hop.group_kind != DEPLOYMENT or first_hop.uid != _uid(owner):
         return stamp
     ann = annotations_of(owner)
     if not any(k in ann for k in keys.all()):
@@ -160,3 +176,24 @@ def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, ke
         rollup=ann.get(keys.rollup, stamp.rollup),
         reason=ann.get(keys.reason, stamp.reason),
     )
+
+
+def _uid(obj: Obj) -> str | None:
+    uid = metadata(obj).get("uid")
+    return uid if isinstance(uid, str) and uid else None
+
+
+def mirror_agrees(child: Obj, owner: Obj, *, keys: Keys) -> bool:
+    """Whether a (possibly cached) `owner` may answer a ReplicaSet child's mirror.
+
+    False when `child` is a ReplicaSet, `owner` a Deployment, and the child's
+    values of the keys the owner carries differ from them: the child may carry the
+    deployment controller's copy of a newer Deployment than the one at hand,
+    and mirroring the older one would revert it (the webhook then fetches the
+    owner afresh). True for every other pair: nothing is mirrored there.
+    """
+    if group_kind_of(child) != REPLICA_SET or group_kind_of(owner) != DEPLOYMENT:
+        return True
+    mine, theirs = annotations_of(child), annotations_of(owner)
+    # The controller copies the keys the Deployment carries (it never deletes).
+    return all(mine.get(k) == theirs[k] for k in keys.all() if k in theirs)

@@ -22,7 +22,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.stamp import Keys, mirror_deployment, stamp_of, stamp_patch
+from aibom_core.objects import Obj
+from aibom_core.stamp import (
+    REPLICA_SET,
+    Keys,
+    mirror_agrees,
+    mirror_deployment,
+    stamp_of,
+    stamp_patch,
+)
 from aibom_core.walk import Rollup
 from webhook.admission import (
     BadReview,
@@ -91,7 +99,16 @@ class Admitter:
             # Not a kind we stamp (the configuration's rules are wider than
             # the registry): leave it alone.
             return allowed(review.uid), "skipped"
-        resolution = await self._resolver.resolve(obj, namespace=review.namespace)
+        cached_ok = None
+        if gk == REPLICA_SET:
+            keys = self._keys
+
+            def cached_ok(owner: Obj) -> bool:
+                return mirror_agrees(obj, owner, keys=keys)
+
+        resolution = await self._resolver.resolve(
+            obj, namespace=review.namespace, cached_ok=cached_ok
+        )
         result = resolution.result
         m = self._metrics
         if resolution.gets:
@@ -100,12 +117,18 @@ class Admitter:
             m.owner_lookups.labels("cache").inc(resolution.cached)
         if resolution.shared:
             m.owner_lookups.labels("shared").inc(resolution.shared)
+        if resolution.refreshed:
+            m.owner_lookups.labels("refreshed").inc(resolution.refreshed)
         if result.status is Rollup.UNRESOLVED and result.failure is not None:
             self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
-        # The owner may come from the owner cache: a Deployment whose own stamp
-        # just changed is then mirrored with its previous values for at most the TTL.
+        # A cached Deployment whose stamp disagrees with the ReplicaSet's copy
+        # was refetched above (`cached_ok`): the copy may be the newer truth.
         stamp = mirror_deployment(
-            stamp_of(result), subject=gk, owner=resolution.owner, keys=self._keys
+            stamp_of(result),
+            subject=gk,
+            owner=resolution.owner,
+            keys=self._keys,
+            first_hop=result.chain[0] if result.chain else None,
         )
         ops = stamp_patch(obj, stamp, keys=self._keys)
         if ops:

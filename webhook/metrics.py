@@ -76,7 +76,8 @@ class Metrics:
         self.owner_lookups = Counter(
             "aibom_webhook_owner_lookups_total",
             "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
-            "UID-keyed owner cache), `shared` (joined a GET already in flight).",
+            "UID-keyed owner cache), `shared` (joined a GET already in flight), `refreshed` "
+            "(a cached owner refused because the child carried newer values; a GET followed).",
             ["source"],
             registry=r,
         )
