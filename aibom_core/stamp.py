@@ -8,6 +8,7 @@ overwritten.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,41 @@ from aibom_core.walk import Rollup, WalkResult
 DEFAULT_PREFIX = "aibom.dev/"
 
 
+# Kubernetes' own validation of an annotation key (apimachinery
+# validation.IsQualifiedName): an optional DNS-1123 subdomain prefix of at most
+# 253 characters and `/`, then a name of at most 63 characters.
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_NAMES = ("root", "root-uid", "rollup", "rollup-reason")
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot prefix our annotation keys, or None when it can.
+
+    The one check of `--annotation-prefix`, for every command: a bad prefix
+    would make every patched object fail the API server's validation (every
+    CREATE in opted-in namespaces denied), so it is refused at start.
+    """
+    if not prefix.endswith("/") or prefix.count("/") != 1:
+        return "must be a DNS subdomain followed by one `/`, like `example.com/`"
+    domain = prefix[:-1]
+    if not domain:
+        return "has an empty DNS subdomain before `/` (like `example.com/`)"
+    if len(domain) > 253:
+        return f"is too long: the DNS subdomain has {len(domain)} characters, at most 253"
+    if not _DNS1123_SUBDOMAIN.fullmatch(domain):
+        return (
+            "is not a DNS-1123 subdomain followed by `/`: lowercase letters, digits, `-` and "
+            "`.`, each dot-separated part starting and ending with a letter or digit "
+            "(like `example.com/`)"
+        )
+    for name in _NAMES:
+        if len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):  # pragma: no cover
+            return f"makes {prefix}{name} an invalid annotation key"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """The annotation keys under a prefix (default `aibom.dev/`)."""
@@ -25,8 +61,9 @@ class Keys:
     prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self) -> None:
-        if not self.prefix.endswith("/") or self.prefix.count("/") != 1:
-            raise ValueError(f"annotation prefix must look like `example.com/`: {self.prefix!r}")
+        problem = prefix_problem(self.prefix)
+        if problem:
+            raise ValueError(f"annotation prefix {self.prefix!r} {problem}")
 
     @property
     def root(self) -> str:

@@ -100,7 +100,7 @@ def keys_of(args: argparse.Namespace) -> Keys:
     try:
         return Keys(getattr(args, "annotation_prefix", DEFAULT_PREFIX))
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--annotation-prefix: {exc}") from None
 
 
 def _max_depth(args: argparse.Namespace) -> int:
