@@ -331,3 +331,23 @@ async def test_stale_cached_deployment_never_reverts_the_controllers_newer_copy(
     # Agreement costs nothing: the refreshed entry answers the next review.
     status, doc = await hook.post(review(rs2, operation="UPDATE", old=rs2))
     assert _patch(doc) == [] and source.gets["Deployment"] == gets + 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 200_000,  # issue 14: was an HTTP 500 (RecursionError in the parser)
+        b'{"a":' * 200_000,
+        b"[" * 1025 + b"]" * 1025,  # complete, but past the depth limit
+        # Parses, but a value nested 1,000 deep must not reach an encoder's
+        # recursion limit when the error message shows it.
+        b'{"apiVersion":' + b"[" * 1000 + b"]" * 1000 + b',"kind":"AdmissionReview"}',
+        b'{"apiVersion":"admission.k8s.io/v1","kind":' + b"[" * 1000 + b"]" * 1000 + b"}",
+    ],
+    ids=["open-brackets", "open-objects", "closed-1025", "deep-apiversion", "deep-kind"],
+)
+async def test_deeply_nested_json_is_a_clean_400(hook: Hook, data: bytes) -> None:
+    status, reply = await hook.post(data)
+    assert status == 400, reply
+    assert reply.startswith("bad AdmissionReview: ") and reply.count("\n") == 1
+    assert hook.sample("aibom_webhook_errors_total", {"stage": "admit"}) == 0
