@@ -13,6 +13,7 @@ fails (no patch then, and `aibom_webhook_errors_total` counts it).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from webhook.admission import (
     parse_review,
     patched,
 )
+from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
 from webhook.resolver import Resolver
 
@@ -187,8 +189,14 @@ def make_app(
     readiness: Readiness,
     max_body: int = MAX_BODY,
     clock: Callable[[], float] = time.perf_counter,
+    guard: ConnectionGuard | None = None,
 ) -> web.Application:
-    """The aiohttp application (no listening socket: `main` or a test client adds that)."""
+    """The aiohttp application (no listening socket: `main` or a test client adds that).
+
+    `guard` (webhook.guard) bounds the body read (408 after its
+    `body_timeout`) and learns which connections are answering a review.
+    """
+    body_timeout = guard.body_timeout if guard is not None else DEFAULT_BODY_TIMEOUT
 
     async def mutate(request: web.Request) -> web.Response:
         start = clock()
@@ -200,9 +208,19 @@ def make_app(
         if request.content_length is not None and request.content_length > max_body:
             return _too_large(request.content_length)
         try:
-            body = await request.read()
+            async with asyncio.timeout(body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(None)
+        except TimeoutError:
+            # A body that arrives slower than the API server would wait for
+            # our answer (slowloris): 408, and the connection is closed.
+            metrics.bad_requests.labels("408").inc()
+            if guard is not None:
+                guard.cut("body-timeout")
+            late = _plain(408, f"request body not received within {body_timeout:g} s")
+            late.force_close()
+            return late
         try:
             review = parse_review(body)
         except BadReview as exc:
@@ -210,6 +228,8 @@ def make_app(
             log.warning("bad admission request: %s", exc, extra={"status": exc.status})
             return _plain(exc.status, f"bad AdmissionReview: {exc}")
         metrics.in_flight.inc()
+        if guard is not None:
+            guard.answering(request.protocol, True)
         try:
             response, result = await admitter.admit(review)
         except Exception:
@@ -222,6 +242,8 @@ def make_app(
             response, result = allowed(review.uid), "error"
         finally:
             metrics.in_flight.dec()
+            if guard is not None:
+                guard.answering(request.protocol, False)
         metrics.admissions.labels(review.kind, review.operation, result).inc()
         metrics.admission_seconds.labels(review.kind, review.operation).observe(clock() - start)
         return web.Response(body=encode(response), content_type=JSON)

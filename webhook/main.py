@@ -27,6 +27,13 @@ from aibom_core.stamp import Keys
 from aibom_rollup import logs
 from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
 from webhook.app import Admitter, Readiness, make_app
+from webhook.guard import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    ConnectionGuard,
+    GuardedSite,
+)
 from webhook.metrics import Metrics
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
@@ -65,6 +72,31 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default=20.0,
         metavar="SECONDS",
         help="on SIGTERM, how long reviews in flight may take to finish (default 20)",
+    )
+    limits = p.add_argument_group("connection limits (slow or too many clients)")
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        metavar="SECONDS",
+        help="the TLS handshake and each request's head must arrive within this, or the "
+        f"connection is closed (default {DEFAULT_HEADER_TIMEOUT:g})",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="a request body must arrive within this, or the answer is 408 and the "
+        f"connection is closed (default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections at most; a new one evicts the one waiting longest for request "
+        f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
     api = p.add_argument_group("Kubernetes API")
     api.add_argument(
@@ -125,6 +157,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
     if not 1 <= args.max_depth <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+    if not (0 < args.header_timeout <= 60 and 0 < args.body_timeout <= 60):
+        raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,6 +198,11 @@ async def _main(
             cache=OwnerCache(ttl=args.owner_cache_ttl, size=args.owner_cache_size),
             max_depth=args.max_depth,
             shutdown_grace=args.shutdown_grace,
+            guard=ConnectionGuard(
+                header_timeout=args.header_timeout,
+                body_timeout=args.body_timeout,
+                max_connections=args.max_connections,
+            ),
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -198,8 +239,11 @@ class Server:
         max_depth: int = 6,
         shutdown_grace: float = 20.0,
         metrics: Metrics | None = None,
+        guard: ConnectionGuard | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.guard = guard if guard is not None else ConnectionGuard()
+        self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
         self.reloader = reloader
         self.readiness = Readiness(cert_loaded=True)
         self.resolver = Resolver(
@@ -208,7 +252,9 @@ class Server:
         admitter = Admitter(
             resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
         )
-        self.app = make_app(admitter=admitter, metrics=self.metrics, readiness=self.readiness)
+        self.app = make_app(
+            admitter=admitter, metrics=self.metrics, readiness=self.readiness, guard=self.guard
+        )
         self._host, self._port = host, port
         self._grace = shutdown_grace
         self._runner: web.AppRunner | None = None
@@ -227,11 +273,12 @@ class Server:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=self._grace
         )
         await self._runner.setup()
-        site = web.TCPSite(
+        site = GuardedSite(
             self._runner,
             self._host,
             self._port,
             ssl_context=self.reloader.context,
+            guard=self.guard,
         )
         await site.start()
         server = getattr(site, "_server", None)

@@ -87,6 +87,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.connections_cut = Counter(
+            "aibom_webhook_connections_cut_total",
+            "Connections closed by the edge's limits: `header-timeout`, `body-timeout`, "
+            "`evicted` (a slow connection made room at the cap), `cap` (refused at the cap).",
+            ["reason"],
+            registry=r,
+        )
         self.ready = Gauge(
             "aibom_webhook_ready",
             "1 when the certificate is loaded and the API client answered.",
