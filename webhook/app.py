@@ -91,10 +91,21 @@ class Admitter:
         self._metrics = metrics
         self._logged: set[tuple[str, str]] = set()
 
+    def kind_label(self, review: Review) -> str:
+        """The `kind` metric label: the request's kind when the registry knows it, else
+        `other` (a label per kind a stranger invents would grow without bound)."""
+        if self._registry.is_known(GroupKind(review.group, review.kind)):
+            return review.kind
+        return "other"
+
     async def admit(self, review: Review) -> tuple[ReviewResponse, str]:
         """(response, result label); raises only on bugs (the edge still admits then)."""
         obj = review.obj
         if not review.stampable or obj is None:
+            return allowed(review.uid), "skipped"
+        if not isinstance(obj.get("metadata"), dict):
+            # Not an object the API server could send (it decoded it first):
+            # no patch could apply to it.
             return allowed(review.uid), "skipped"
         gk = group_kind_of(obj)
         if not self._registry.is_known(gk):
@@ -244,8 +255,9 @@ def make_app(
             metrics.in_flight.dec()
             if guard is not None:
                 guard.answering(request.protocol, False)
-        metrics.admissions.labels(review.kind, review.operation, result).inc()
-        metrics.admission_seconds.labels(review.kind, review.operation).observe(clock() - start)
+        kind = admitter.kind_label(review)
+        metrics.admissions.labels(kind, review.operation, result).inc()
+        metrics.admission_seconds.labels(kind, review.operation).observe(clock() - start)
         return web.Response(body=encode(response), content_type=JSON)
 
     def _too_large(length: int | None) -> web.Response:
