@@ -125,7 +125,7 @@ async def test_subresource_and_unknown_kinds_are_skipped(hook: Hook) -> None:
     assert (
         hook.sample(
             "aibom_webhook_admissions_total",
-            {"kind": "ConfigMap", "operation": "CREATE", "result": "skipped"},
+            {"kind": "other", "operation": "CREATE", "result": "skipped"},
         )
         == 1
     )
