@@ -250,3 +250,40 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
         "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
     )
     assert refreshed >= 1
+
+
+def test_cluster_scoped_owner_is_notfound_live_and_offline(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
+) -> None:
+    """One rule for both paths: owners are looked up in the child's namespace; a
+    cluster-scoped owner (here the Namespace itself, a legal owner for the garbage
+    collector) is NotFound live (no GET: the shipped role could not read it and
+    said Forbidden before) and offline (`tree` over `kubectl get -o json`)."""
+    namespace_obj = json.loads(kubectl("get", "namespace", ns, "-o", "json").stdout)
+    ref = owner_ref(namespace_obj)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "owned-by-ns", "namespace": ns, "ownerReferences": [ref]},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
+    }
+    live = stamp(apply(kubectl, pod))
+    want = {
+        "aibom.dev/rollup": "unresolved",
+        "aibom.dev/rollup-reason": f"NotFound core/Namespace/{ns}",
+    }
+    assert live == want
+    # Offline, from a dump holding both the Pod and its cluster-scoped owner.
+    dump = kubectl("get", "namespace", ns, "-o", "json").stdout
+    pods = kubectl("get", "-n", ns, "pods", "-o", "json").stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
+        input=json.dumps([json.loads(dump), *json.loads(pods)["items"]]),
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
+    assert record["annotations"] == want
