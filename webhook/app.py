@@ -42,6 +42,7 @@ from webhook.admission import (
     parse_review,
     patched,
 )
+from webhook.auth import CallerAuth
 from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
 from webhook.resolver import Resolver
@@ -201,6 +202,7 @@ def make_app(
     max_body: int = MAX_BODY,
     clock: Callable[[], float] = time.perf_counter,
     guard: ConnectionGuard | None = None,
+    auth: CallerAuth | None = None,
 ) -> web.Application:
     """The aiohttp application (no listening socket: `main` or a test client adds that).
 
@@ -211,6 +213,15 @@ def make_app(
 
     async def mutate(request: web.Request) -> web.Response:
         start = clock()
+        if auth is not None and (why := auth.refusal(request)) is not None:
+            # A stranger: no answer about owners, and no work (body unread).
+            metrics.bad_requests.labels("401").inc()
+            log.debug("caller refused: %s", why, extra={"peer": str(request.remote)})
+            refused = _plain(401, f"unauthorized: {why}")
+            if auth.token is not None:
+                refused.headers["WWW-Authenticate"] = "Bearer"
+            refused.force_close()
+            return refused
         if request.content_type != JSON:
             metrics.bad_requests.labels("415").inc()
             return _plain(

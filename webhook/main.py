@@ -27,6 +27,7 @@ from aibom_core.stamp import Keys
 from aibom_rollup import logs
 from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
 from webhook.app import Admitter, Readiness, make_app
+from webhook.auth import AuthError, CallerAuth
 from webhook.guard import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -58,6 +59,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--key-file", required=True, metavar="PEM", help="its private key")
     tls.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     tls.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
+    tls.add_argument(
+        "--client-ca-file",
+        metavar="PEM",
+        help="authenticate the caller: /mutate answers only TLS clients presenting a "
+        "certificate signed by this CA (the API server's, from its AdmissionConfiguration "
+        "kubeconfig); probes and /metrics stay open",
+    )
+    tls.add_argument(
+        "--client-token-file",
+        metavar="FILE",
+        help="authenticate the caller: /mutate answers only requests with "
+        "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
+    )
     tls.add_argument(
         "--cert-check-interval",
         type=float,
@@ -169,14 +183,27 @@ def run(args: argparse.Namespace) -> int:
     keys = keys_of(args)
     configure_logging(level=args.log_level, fmt=args.log_format)
     try:
-        reloader = CertReloader(args.cert_file, args.key_file, interval=args.cert_check_interval)
-    except CertError as exc:
+        reloader = CertReloader(
+            args.cert_file,
+            args.key_file,
+            interval=args.cert_check_interval,
+            client_ca_file=args.client_ca_file,
+        )
+        auth = CallerAuth.from_files(
+            client_ca_file=args.client_ca_file, token_file=args.client_token_file
+        )
+    except (CertError, AuthError) as exc:
         raise UsageError(str(exc)) from None
-    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader))
+    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader, auth=auth))
 
 
 async def _main(
-    args: argparse.Namespace, *, registry: KindRegistry, keys: Keys, reloader: CertReloader
+    args: argparse.Namespace,
+    *,
+    registry: KindRegistry,
+    keys: Keys,
+    reloader: CertReloader,
+    auth: CallerAuth | None = None,
 ) -> int:
     from aibom_rollup.kube import Kube, KubeError
 
@@ -203,6 +230,7 @@ async def _main(
                 body_timeout=args.body_timeout,
                 max_connections=args.max_connections,
             ),
+            auth=auth,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -240,6 +268,7 @@ class Server:
         shutdown_grace: float = 20.0,
         metrics: Metrics | None = None,
         guard: ConnectionGuard | None = None,
+        auth: CallerAuth | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.guard = guard if guard is not None else ConnectionGuard()
@@ -253,7 +282,11 @@ class Server:
             resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
         )
         self.app = make_app(
-            admitter=admitter, metrics=self.metrics, readiness=self.readiness, guard=self.guard
+            admitter=admitter,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            guard=self.guard,
+            auth=auth if auth is not None and auth.enabled else None,
         )
         self._host, self._port = host, port
         self._grace = shutdown_grace
@@ -287,7 +320,12 @@ class Server:
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
         log.info(
             "webhook listening",
-            extra={"host": self._host, "port": self.port, "cert_file": self.reloader.cert_file},
+            extra={
+                "host": self._host,
+                "port": self.port,
+                "cert_file": self.reloader.cert_file,
+                "client_cert_required": self.reloader.client_ca_file is not None,
+            },
         )
 
     def request_stop(self, why: str = "stop") -> None:
