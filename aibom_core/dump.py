@@ -19,7 +19,8 @@ import yaml
 from aibom_core.objects import Obj
 
 # Kinds that are cluster-scoped: a dump's objects without a namespace are put
-# in `default` (as `kubectl apply` would) unless they are one of these.
+# in `default` (as `kubectl apply` would) unless they are one of these or were
+# read from an API server (they have a UID): those are cluster-scoped.
 CLUSTER_SCOPED = frozenset(
     {
         "Namespace",
@@ -150,7 +151,12 @@ def load(inputs: Iterable[tuple[str | bytes, str]], *, default_namespace: str = 
                     )
                     continue
                 if not meta.get("namespace"):
-                    if obj["kind"] in CLUSTER_SCOPED:
+                    # Cluster-scoped: a built-in kind, or an object read from an
+                    # API server (it has a UID) without a namespace (the server
+                    # always sets it on namespaced objects). Never an owner of a
+                    # namespaced object here, exactly as a live walk's lookup in
+                    # the child's namespace never finds it (NotFound).
+                    if obj["kind"] in CLUSTER_SCOPED or meta.get("uid"):
                         continue
                     meta["namespace"] = default_namespace
                 uid = meta.get("uid")

@@ -8,14 +8,50 @@ overwritten.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.kinds import GroupKind, group_kind_of
-from aibom_core.objects import Obj, annotations_of, metadata
+from aibom_core.objects import Obj, ObjRef, annotations_of, metadata
 from aibom_core.walk import Rollup, WalkResult
 
 DEFAULT_PREFIX = "aibom.dev/"
+
+
+# Kubernetes' own validation of an annotation key (apimachinery
+# validation.IsQualifiedName): an optional DNS-1123 subdomain prefix of at most
+# 253 characters and `/`, then a name of at most 63 characters.
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_NAMES = ("root", "root-uid", "rollup", "rollup-reason")
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot prefix our annotation keys, or None when it can.
+
+    The one check of `--annotation-prefix`, for every command: a bad prefix
+    would make every patched object fail the API server's validation (every
+    CREATE in opted-in namespaces denied), so it is refused at start.
+    """
+    if not prefix.endswith("/") or prefix.count("/") != 1:
+        return "must be a DNS subdomain followed by one `/`, like `example.com/`"
+    domain = prefix[:-1]
+    if not domain:
+        return "has an empty DNS subdomain before `/` (like `example.com/`)"
+    if len(domain) > 253:
+        return f"is too long: the DNS subdomain has {len(domain)} characters, at most 253"
+    if not _DNS1123_SUBDOMAIN.fullmatch(domain):
+        return (
+            "is not a DNS-1123 subdomain followed by `/`: lowercase letters, digits, `-` and "
+            "`.`, each dot-separated part starting and ending with a letter or digit "
+            "(like `example.com/`)"
+        )
+    for name in _NAMES:
+        if len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):  # pragma: no cover
+            return f"makes {prefix}{name} an invalid annotation key"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +61,9 @@ class Keys:
     prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self) -> None:
-        if not self.prefix.endswith("/") or self.prefix.count("/") != 1:
-            raise ValueError(f"annotation prefix must look like `example.com/`: {self.prefix!r}")
+        problem = prefix_problem(self.prefix)
+        if problem:
+            raise ValueError(f"annotation prefix {self.prefix!r} {problem}")
 
     @property
     def root(self) -> str:
@@ -135,7 +172,14 @@ DEPLOYMENT = GroupKind("apps", "Deployment")
 REPLICA_SET = GroupKind("apps", "ReplicaSet")
 
 
-def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, keys: Keys) -> Stamp:
+def mirror_deployment(
+    stamp: Stamp,
+    *,
+    subject: GroupKind,
+    owner: Obj | None,
+    keys: Keys,
+    first_hop: ObjRef | None,
+) -> Stamp:
     """The stamp a ReplicaSet can keep without fighting its Deployment's controller.
 
     Kubernetes' deployment controller copies every annotation of a Deployment
@@ -148,8 +192,17 @@ def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, ke
     each of our keys the Deployment carries. `root` and `root-uid` are the
     same either way; only `rollup` (and a reason) mirror the Deployment. The
     webhook, the annotator and the offline `tree` all apply this one rule.
+
+    Only after a passed check: `first_hop` is the walk's UID-checked first hop
+    (`result.chain[0]`, None when the walk took no hop). An `owner` that is not
+    that hop (a Deployment deleted and re-created under the same name: the
+    walk said `UIDMismatch`) is not this ReplicaSet's controller, and its
+    stamp is never copied: the ReplicaSet keeps its own walk's stamp
+    (`unresolved`), as the annotator computes it from its graph.
     """
     if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
+        return stamp
+    if first_hop is None or first_hop.group_kind != DEPLOYMENT or first_hop.uid != _uid(owner):
         return stamp
     ann = annotations_of(owner)
     if not any(k in ann for k in keys.all()):
@@ -160,3 +213,24 @@ def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, ke
         rollup=ann.get(keys.rollup, stamp.rollup),
         reason=ann.get(keys.reason, stamp.reason),
     )
+
+
+def _uid(obj: Obj) -> str | None:
+    uid = metadata(obj).get("uid")
+    return uid if isinstance(uid, str) and uid else None
+
+
+def mirror_agrees(child: Obj, owner: Obj, *, keys: Keys) -> bool:
+    """Whether a (possibly cached) `owner` may answer a ReplicaSet child's mirror.
+
+    False when `child` is a ReplicaSet, `owner` a Deployment, and the child's
+    values of the keys the owner carries differ from them: the child may carry the
+    deployment controller's copy of a newer Deployment than the one at hand,
+    and mirroring the older one would revert it (the webhook then fetches the
+    owner afresh). True for every other pair: nothing is mirrored there.
+    """
+    if group_kind_of(child) != REPLICA_SET or group_kind_of(owner) != DEPLOYMENT:
+        return True
+    mine, theirs = annotations_of(child), annotations_of(owner)
+    # The controller copies the keys the Deployment carries (it never deletes).
+    return all(mine.get(k) == theirs[k] for k in keys.all() if k in theirs)

@@ -110,7 +110,7 @@ def keys_of(args: argparse.Namespace) -> Keys:
     try:
         return Keys(getattr(args, "annotation_prefix", DEFAULT_PREFIX))
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--annotation-prefix: {exc}") from None
 
 
 def max_depth_of(args: argparse.Namespace) -> int:
@@ -245,11 +245,13 @@ def _record(
     obj = graph.get(key)
     assert ref is not None and obj is not None
     parent = graph.parent_of(key)
+    result = results[key]
     stamp = mirror_deployment(
-        stamp_of(results[key]),
+        stamp_of(result),
         subject=ref.group_kind,
         owner=graph.get(parent) if parent else None,
         keys=keys,
+        first_hop=result.chain[0] if result.chain else None,
     )
     return {
         "namespace": ref.namespace,

@@ -412,6 +412,11 @@ class Kube:
             return Fetched(failure=Reason.TIMEOUT)
         if res is None:
             return Fetched(failure=Reason.NO_MATCH)
+        if not res.namespaced:
+            # The walk's rule (docs/webhook.md, "Cluster-scoped owners"): owners
+            # are looked up in the child's namespace, where a cluster-scoped
+            # object never is; NotFound without a request, as the offline scan says.
+            return Fetched(failure=Reason.NOT_FOUND)
         try:
             resp = await self.request("GET", res.path(namespace, owner.name), timeout=timeout)
         except (TimeoutError, KubeError):

@@ -178,7 +178,9 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 
 
-def _mirrored(state: ClusterState, key: str, stamp: Stamp, *, keys: Keys) -> Stamp:
+def _mirrored(
+    state: ClusterState, key: str, stamp: Stamp, *, keys: Keys, first_hop: ObjRef | None
+) -> Stamp:
     """A ReplicaSet keeps the stamp keys its Deployment carries: the webhook's rule
     (`aibom_core.stamp.mirror_deployment`); judging by another would make the two fight.
     """
@@ -187,7 +189,9 @@ def _mirrored(state: ClusterState, key: str, stamp: Stamp, *, keys: Keys) -> Sta
         return stamp
     parent = state.graph.parent_of(key)
     owner = state.graph.get(parent) if parent else None
-    return mirror_deployment(stamp, subject=ref.group_kind, owner=owner, keys=keys)
+    return mirror_deployment(
+        stamp, subject=ref.group_kind, owner=owner, keys=keys, first_hop=first_hop
+    )
 
 
 # Hop failures our cache cannot tell from a live GET's answer: we do not see
@@ -235,7 +239,8 @@ def plan_stamp(
         failure.reason in _UNKNOWABLE or not watched(GroupKind(failure.group, failure.kind))
     ):
         return StampPlan(key=key, ref=ref, patch=None, skipped="unknowable")
-    stamp = _mirrored(state, key, stamp_of(result), keys=keys)
+    first_hop = result.chain[0] if result.chain else None
+    stamp = _mirrored(state, key, stamp_of(result), keys=keys, first_hop=first_hop)
     patch = stamp_merge_patch(obj, stamp, keys=keys)
     if patch is None:
         return StampPlan(key=key, ref=ref, patch=None)

@@ -56,6 +56,9 @@ class Cluster:
         self.kubectl_bin = kubectl
         self.env = child_env()
         self.env["KUBECONFIG"] = kubeconfig
+        # How kube-apiserver authenticates to the webhook (tests.controlplane up
+        # --webhook-client): {"host", "client_ca_file", "token_file"}, or None.
+        self.caller: dict[str, str] | None = None
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(
@@ -86,9 +89,14 @@ class Cluster:
 
 def control_plane() -> Cluster:
     step("control plane (etcd, kube-apiserver, kube-controller-manager) from tests/controlplane")
-    subprocess.run([PY, "-m", "tests.controlplane", "up"], cwd=REPO, check=True)
+    subprocess.run(
+        [PY, "-m", "tests.controlplane", "up", "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
+        cwd=REPO, check=True,
+    )  # fmt: skip
     state = json.loads((UP_DIR / "state.json").read_text())
-    return Cluster(state["kubeconfig"], state["kubectl"])
+    cluster = Cluster(state["kubeconfig"], state["kubectl"])
+    cluster.caller = state.get("webhook_caller")
+    return cluster
 
 
 # -- 2. webhook and annotator --------------------------------------------------
@@ -154,10 +162,24 @@ def processes(cluster: Cluster) -> None:
         cwd=REPO, check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     step(f"webhook on https://127.0.0.1:{WEBHOOK_PORT} (log {STATE / 'webhook.log'})")
+    auth: list[str] = []
+    caller = cluster.caller
+    if caller and caller.get("host") == f"127.0.0.1:{WEBHOOK_PORT}":
+        # Only the API server is answered: it presents a client certificate and
+        # a bearer token from its AdmissionConfiguration (docs/webhook.md).
+        auth = ["--client-ca-file", caller["client_ca_file"],
+                "--client-token-file", caller["token_file"]]  # fmt: skip
+        print("    callers authenticated: the API server's client certificate and token")
+    else:
+        print(
+            "    NOTE: this control plane was started without webhook authentication "
+            "(an older `make demo`); `make demo-down` and run again to turn it on"
+        )
     _start(
         "webhook",
         ["--cert-file", str(certs / "tls.crt"), "--key-file", str(certs / "tls.key"),
-         "--host", "127.0.0.1", "--port", str(WEBHOOK_PORT), "--kubeconfig", cluster.kubeconfig],
+         "--host", "127.0.0.1", "--port", str(WEBHOOK_PORT), "--kubeconfig", cluster.kubeconfig,
+         *auth],
         cluster,
     )  # fmt: skip
     _wait_http(f"https://127.0.0.1:{WEBHOOK_PORT}/readyz", "the webhook")

@@ -13,6 +13,7 @@ fails (no patch then, and `aibom_webhook_errors_total` counts it).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +23,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.stamp import Keys, mirror_deployment, stamp_of, stamp_patch
+from aibom_core.objects import Obj
+from aibom_core.stamp import (
+    REPLICA_SET,
+    Keys,
+    mirror_agrees,
+    mirror_deployment,
+    stamp_of,
+    stamp_patch,
+)
 from aibom_core.walk import Rollup
 from webhook.admission import (
     BadReview,
@@ -33,6 +42,8 @@ from webhook.admission import (
     parse_review,
     patched,
 )
+from webhook.auth import CallerAuth
+from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
 from webhook.resolver import Resolver
 
@@ -81,17 +92,37 @@ class Admitter:
         self._metrics = metrics
         self._logged: set[tuple[str, str]] = set()
 
+    def kind_label(self, review: Review) -> str:
+        """The `kind` metric label: the request's kind when the registry knows it, else
+        `other` (a label per kind a stranger invents would grow without bound)."""
+        if self._registry.is_known(GroupKind(review.group, review.kind)):
+            return review.kind
+        return "other"
+
     async def admit(self, review: Review) -> tuple[ReviewResponse, str]:
         """(response, result label); raises only on bugs (the edge still admits then)."""
         obj = review.obj
         if not review.stampable or obj is None:
+            return allowed(review.uid), "skipped"
+        if not isinstance(obj.get("metadata"), dict):
+            # Not an object the API server could send (it decoded it first):
+            # no patch could apply to it.
             return allowed(review.uid), "skipped"
         gk = group_kind_of(obj)
         if not self._registry.is_known(gk):
             # Not a kind we stamp (the configuration's rules are wider than
             # the registry): leave it alone.
             return allowed(review.uid), "skipped"
-        resolution = await self._resolver.resolve(obj, namespace=review.namespace)
+        cached_ok = None
+        if gk == REPLICA_SET:
+            keys = self._keys
+
+            def cached_ok(owner: Obj) -> bool:
+                return mirror_agrees(obj, owner, keys=keys)
+
+        resolution = await self._resolver.resolve(
+            obj, namespace=review.namespace, cached_ok=cached_ok
+        )
         result = resolution.result
         m = self._metrics
         if resolution.gets:
@@ -100,12 +131,18 @@ class Admitter:
             m.owner_lookups.labels("cache").inc(resolution.cached)
         if resolution.shared:
             m.owner_lookups.labels("shared").inc(resolution.shared)
+        if resolution.refreshed:
+            m.owner_lookups.labels("refreshed").inc(resolution.refreshed)
         if result.status is Rollup.UNRESOLVED and result.failure is not None:
             self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
-        # The owner may come from the owner cache: a Deployment whose own stamp
-        # just changed is then mirrored with its previous values for at most the TTL.
+        # A cached Deployment whose stamp disagrees with the ReplicaSet's copy
+        # was refetched above (`cached_ok`): the copy may be the newer truth.
         stamp = mirror_deployment(
-            stamp_of(result), subject=gk, owner=resolution.owner, keys=self._keys
+            stamp_of(result),
+            subject=gk,
+            owner=resolution.owner,
+            keys=self._keys,
+            first_hop=result.chain[0] if result.chain else None,
         )
         ops = stamp_patch(obj, stamp, keys=self._keys)
         if ops:
@@ -164,11 +201,27 @@ def make_app(
     readiness: Readiness,
     max_body: int = MAX_BODY,
     clock: Callable[[], float] = time.perf_counter,
+    guard: ConnectionGuard | None = None,
+    auth: CallerAuth | None = None,
 ) -> web.Application:
-    """The aiohttp application (no listening socket: `main` or a test client adds that)."""
+    """The aiohttp application (no listening socket: `main` or a test client adds that).
+
+    `guard` (webhook.guard) bounds the body read (408 after its
+    `body_timeout`) and learns which connections are answering a review.
+    """
+    body_timeout = guard.body_timeout if guard is not None else DEFAULT_BODY_TIMEOUT
 
     async def mutate(request: web.Request) -> web.Response:
         start = clock()
+        if auth is not None and (why := auth.refusal(request)) is not None:
+            # A stranger: no answer about owners, and no work (body unread).
+            metrics.bad_requests.labels("401").inc()
+            log.debug("caller refused: %s", why, extra={"peer": str(request.remote)})
+            refused = _plain(401, f"unauthorized: {why}")
+            if auth.token is not None:
+                refused.headers["WWW-Authenticate"] = "Bearer"
+            refused.force_close()
+            return refused
         if request.content_type != JSON:
             metrics.bad_requests.labels("415").inc()
             return _plain(
@@ -177,9 +230,19 @@ def make_app(
         if request.content_length is not None and request.content_length > max_body:
             return _too_large(request.content_length)
         try:
-            body = await request.read()
+            async with asyncio.timeout(body_timeout):
+                body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _too_large(None)
+        except TimeoutError:
+            # A body that arrives slower than the API server would wait for
+            # our answer (slowloris): 408, and the connection is closed.
+            metrics.bad_requests.labels("408").inc()
+            if guard is not None:
+                guard.cut("body-timeout")
+            late = _plain(408, f"request body not received within {body_timeout:g} s")
+            late.force_close()
+            return late
         try:
             review = parse_review(body)
         except BadReview as exc:
@@ -187,6 +250,8 @@ def make_app(
             log.warning("bad admission request: %s", exc, extra={"status": exc.status})
             return _plain(exc.status, f"bad AdmissionReview: {exc}")
         metrics.in_flight.inc()
+        if guard is not None:
+            guard.answering(request.protocol, True)
         try:
             response, result = await admitter.admit(review)
         except Exception:
@@ -199,8 +264,11 @@ def make_app(
             response, result = allowed(review.uid), "error"
         finally:
             metrics.in_flight.dec()
-        metrics.admissions.labels(review.kind, review.operation, result).inc()
-        metrics.admission_seconds.labels(review.kind, review.operation).observe(clock() - start)
+            if guard is not None:
+                guard.answering(request.protocol, False)
+        kind = admitter.kind_label(review)
+        metrics.admissions.labels(kind, review.operation, result).inc()
+        metrics.admission_seconds.labels(kind, review.operation).observe(clock() - start)
         return web.Response(body=encode(response), content_type=JSON)
 
     def _too_large(length: int | None) -> web.Response:

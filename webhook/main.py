@@ -27,6 +27,14 @@ from aibom_core.stamp import Keys
 from aibom_rollup import logs
 from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
 from webhook.app import Admitter, Readiness, make_app
+from webhook.auth import AuthError, CallerAuth
+from webhook.guard import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    ConnectionGuard,
+    GuardedSite,
+)
 from webhook.metrics import Metrics
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
@@ -52,6 +60,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     tls.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     tls.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     tls.add_argument(
+        "--client-ca-file",
+        metavar="PEM",
+        help="authenticate the caller: /mutate answers only TLS clients presenting a "
+        "certificate signed by this CA (the API server's, from its AdmissionConfiguration "
+        "kubeconfig); probes and /metrics stay open",
+    )
+    tls.add_argument(
+        "--client-token-file",
+        metavar="FILE",
+        help="authenticate the caller: /mutate answers only requests with "
+        "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
+    )
+    tls.add_argument(
         "--cert-check-interval",
         type=float,
         default=DEFAULT_CHECK_INTERVAL,
@@ -65,6 +86,31 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default=20.0,
         metavar="SECONDS",
         help="on SIGTERM, how long reviews in flight may take to finish (default 20)",
+    )
+    limits = p.add_argument_group("connection limits (slow or too many clients)")
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT,
+        metavar="SECONDS",
+        help="the TLS handshake and each request's head must arrive within this, or the "
+        f"connection is closed (default {DEFAULT_HEADER_TIMEOUT:g})",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT,
+        metavar="SECONDS",
+        help="a request body must arrive within this, or the answer is 408 and the "
+        f"connection is closed (default {DEFAULT_BODY_TIMEOUT:g})",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections at most; a new one evicts the one waiting longest for request "
+        f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
     api = p.add_argument_group("Kubernetes API")
     api.add_argument(
@@ -125,6 +171,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
     if not 1 <= args.max_depth <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+    if not (0 < args.header_timeout <= 60 and 0 < args.body_timeout <= 60):
+        raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
+    if args.max_connections < 1:
+        raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,14 +183,27 @@ def run(args: argparse.Namespace) -> int:
     keys = keys_of(args)
     configure_logging(level=args.log_level, fmt=args.log_format)
     try:
-        reloader = CertReloader(args.cert_file, args.key_file, interval=args.cert_check_interval)
-    except CertError as exc:
+        reloader = CertReloader(
+            args.cert_file,
+            args.key_file,
+            interval=args.cert_check_interval,
+            client_ca_file=args.client_ca_file,
+        )
+        auth = CallerAuth.from_files(
+            client_ca_file=args.client_ca_file, token_file=args.client_token_file
+        )
+    except (CertError, AuthError) as exc:
         raise UsageError(str(exc)) from None
-    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader))
+    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader, auth=auth))
 
 
 async def _main(
-    args: argparse.Namespace, *, registry: KindRegistry, keys: Keys, reloader: CertReloader
+    args: argparse.Namespace,
+    *,
+    registry: KindRegistry,
+    keys: Keys,
+    reloader: CertReloader,
+    auth: CallerAuth | None = None,
 ) -> int:
     from aibom_rollup.kube import Kube, KubeError
 
@@ -162,6 +225,12 @@ async def _main(
             cache=OwnerCache(ttl=args.owner_cache_ttl, size=args.owner_cache_size),
             max_depth=args.max_depth,
             shutdown_grace=args.shutdown_grace,
+            guard=ConnectionGuard(
+                header_timeout=args.header_timeout,
+                body_timeout=args.body_timeout,
+                max_connections=args.max_connections,
+            ),
+            auth=auth,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -198,8 +267,12 @@ class Server:
         max_depth: int = 6,
         shutdown_grace: float = 20.0,
         metrics: Metrics | None = None,
+        guard: ConnectionGuard | None = None,
+        auth: CallerAuth | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.guard = guard if guard is not None else ConnectionGuard()
+        self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
         self.reloader = reloader
         self.readiness = Readiness(cert_loaded=True)
         self.resolver = Resolver(
@@ -208,7 +281,13 @@ class Server:
         admitter = Admitter(
             resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
         )
-        self.app = make_app(admitter=admitter, metrics=self.metrics, readiness=self.readiness)
+        self.app = make_app(
+            admitter=admitter,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            guard=self.guard,
+            auth=auth if auth is not None and auth.enabled else None,
+        )
         self._host, self._port = host, port
         self._grace = shutdown_grace
         self._runner: web.AppRunner | None = None
@@ -227,11 +306,12 @@ class Server:
             self.app, access_log=None, handle_signals=False, shutdown_timeout=self._grace
         )
         await self._runner.setup()
-        site = web.TCPSite(
+        site = GuardedSite(
             self._runner,
             self._host,
             self._port,
             ssl_context=self.reloader.context,
+            guard=self.guard,
         )
         await site.start()
         server = getattr(site, "_server", None)
@@ -240,7 +320,12 @@ class Server:
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
         log.info(
             "webhook listening",
-            extra={"host": self._host, "port": self.port, "cert_file": self.reloader.cert_file},
+            extra={
+                "host": self._host,
+                "port": self.port,
+                "cert_file": self.reloader.cert_file,
+                "client_cert_required": self.reloader.client_ca_file is not None,
+            },
         )
 
     def request_stop(self, why: str = "stop") -> None:

@@ -76,7 +76,8 @@ class Metrics:
         self.owner_lookups = Counter(
             "aibom_webhook_owner_lookups_total",
             "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
-            "UID-keyed owner cache), `shared` (joined a GET already in flight).",
+            "UID-keyed owner cache), `shared` (joined a GET already in flight), `refreshed` "
+            "(a cached owner refused because the child carried newer values; a GET followed).",
             ["source"],
             registry=r,
         )
@@ -84,6 +85,13 @@ class Metrics:
             "aibom_webhook_cert_reloads_total",
             "Serving certificate (re)loads, by result.",
             ["result"],
+            registry=r,
+        )
+        self.connections_cut = Counter(
+            "aibom_webhook_connections_cut_total",
+            "Connections closed by the edge's limits: `header-timeout`, `body-timeout`, "
+            "`evicted` (a slow connection made room at the cap), `cap` (refused at the cap).",
+            ["reason"],
             registry=r,
         )
         self.ready = Gauge(

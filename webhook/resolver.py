@@ -30,6 +30,18 @@ seconds after the GET that returned it, and at most `size` of them (LRU).
 - Failures (NotFound, Forbidden, NoMatch, Timeout) are never cached: a
   missing permission or CRD that gets fixed is seen on the next admission.
 - `ttl=0` turns the cache off.
+- A cached owner may speed up a walk, never overrule newer truth. The one
+  place our answer copies an owner's fields is the ReplicaSet mirror (it
+  carries its Deployment's stamp values, `aibom_core.stamp.mirror_deployment`),
+  and there the admitted child itself can be newer than our cached owner: the
+  deployment controller copies the Deployment's current annotations onto the
+  ReplicaSet, from a resourceVersion later than the one we cached. The
+  resourceVersion is opaque (equality is the only safe comparison; no
+  ordering), so the rule is: when the child's copy of those values disagrees
+  with the cached owner's (`mirror_agrees`), the first hop is not answered
+  from the cache but by a fresh GET (which then refreshes the entry). Without
+  it the webhook would revert the controller's copy, the controller would copy
+  again, and the two would loop until the entry expired.
 
 Concurrent walks asking for the same owner (a ReplicaSet creating 50 Pods)
 share one GET in flight (keyed by namespace, apiVersion, kind and name; the
@@ -76,6 +88,7 @@ class Resolution:
     gets: int  # API GETs this walk started
     cached: int  # hops answered from the owner cache
     shared: int  # hops that joined another walk's GET
+    refreshed: int = 0  # cached first hops refused as possibly stale (then fetched)
 
 
 def _at(obj: Obj, req: OwnerRequest) -> bool:
@@ -152,9 +165,16 @@ class Resolver:
         self.cache = cache if cache is not None else OwnerCache()
         self._in_flight: dict[_FlightKey, asyncio.Future[Fetched]] = {}
 
-    async def resolve(self, obj: Obj, *, namespace: str) -> Resolution:
+    async def resolve(
+        self,
+        obj: Obj,
+        *,
+        namespace: str,
+        cached_ok: Callable[[Obj], bool] | None = None,
+    ) -> Resolution:
+        """The walk; `cached_ok(owner)` False refuses a cached first-hop owner (GET instead)."""
         gen = walk(obj, registry=self._registry, max_depth=self._max_depth, namespace=namespace)
-        gets = cached = shared = 0
+        gets = cached = shared = refreshed = 0
         first: Obj | None = None
         try:
             req = next(gen)
@@ -166,6 +186,9 @@ class Resolver:
             hit = self.cache.get(req.owner.uid)
             if hit is not None and not _at(hit, req):
                 hit = None  # the UID of an object elsewhere: only a GET may answer
+            if hit is not None and first is None and cached_ok is not None and not cached_ok(hit):
+                hit = None  # the child carries newer truth than the cache: ask the API
+                refreshed += 1
             if hit is not None:
                 cached += 1
                 fetched = Fetched(obj=hit)
@@ -179,7 +202,12 @@ class Resolver:
                 req = gen.send(fetched)
             except StopIteration as stop:
                 return Resolution(
-                    result=stop.value, owner=first, gets=gets, cached=cached, shared=shared
+                    result=stop.value,
+                    owner=first,
+                    gets=gets,
+                    cached=cached,
+                    shared=shared,
+                    refreshed=refreshed,
                 )
 
     async def _fetch(self, req: OwnerRequest, remaining: float) -> tuple[Fetched, bool]:

@@ -47,14 +47,31 @@ def _stat(path: str) -> _Stat | None:
     return _Stat(st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A TLS 1.2+ server context for one cert/key pair. Sync (reads two small files)."""
+def server_context(
+    cert_file: str, key_file: str, *, client_ca_file: str | None = None
+) -> ssl.SSLContext:
+    """A TLS 1.2+ server context for one cert/key pair. Sync (reads two small files).
+
+    With `client_ca_file`, a client certificate is asked for and, when one is
+    presented, must chain to that CA or the handshake fails (CERT_OPTIONAL: a
+    client with none still connects, for the kubelet's probes; /mutate then
+    refuses it at the HTTP level, webhook.app).
+    """
     for path, what in ((cert_file, "certificate"), (key_file, "key")):
         if not os.path.isfile(path):
             raise CertError(f"serving {what} {path}: no such file")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_alpn_protocols(["http/1.1"])
+    if client_ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=client_ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise CertError(
+                f"cannot load the client CA {client_ca_file}: "
+                f"{getattr(exc, 'reason', None) or getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     try:
         ctx.load_cert_chain(cert_file, key_file)
     except ssl.SSLError as exc:
@@ -77,18 +94,23 @@ class CertReloader:
         *,
         interval: float = DEFAULT_CHECK_INTERVAL,
         on_reload: Callable[[bool], None] | None = None,
+        client_ca_file: str | None = None,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file
         self.interval = interval
         self.on_reload = on_reload
         self._seen = self._stats()
-        self._current = server_context(cert_file, key_file)  # raises CertError
+        self._current = self._load()  # raises CertError
         self.generation = 1
         # The context the server listens with: the first pair, and the hook
         # that moves each new handshake onto the newest one.
-        self.context = server_context(cert_file, key_file)
+        self.context = self._load()
         self.context.sni_callback = self._sni
+
+    def _load(self) -> ssl.SSLContext:
+        return server_context(self.cert_file, self.key_file, client_ca_file=self.client_ca_file)
 
     def _stats(self) -> tuple[_Stat | None, _Stat | None]:
         return (_stat(self.cert_file), _stat(self.key_file))
@@ -108,7 +130,7 @@ class CertReloader:
         if stats == self._seen:
             return False
         try:
-            fresh = server_context(self.cert_file, self.key_file)
+            fresh = self._load()
         except CertError as exc:
             # Maybe a rotation half-way (certificate written, key not yet):
             # keep serving the old pair and look again next time.

@@ -67,6 +67,7 @@ import ipaddress
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -508,6 +509,72 @@ class _CA:
         return key, builder.sign(self.key, hashes.SHA256())
 
 
+@dataclass(frozen=True)
+class WebhookCaller:
+    """The identity kube-apiserver presents to an admission webhook, and its config.
+
+    Give the webhook ``client_ca_file`` (``--client-ca-file``) and/or
+    ``token_file`` (``--client-token-file``); start the control plane with
+    ``ControlPlane(admission_config_file=caller.config_file)``.
+    """
+
+    client_ca_file: Path
+    cert_file: Path
+    key_file: Path
+    token_file: Path | None
+    kubeconfig: Path
+    config_file: Path
+
+
+def webhook_caller(directory: Path, *, webhook_host: str, token: bool = True) -> WebhookCaller:
+    """Write what makes kube-apiserver authenticate to the webhook at ``webhook_host``.
+
+    A fresh client CA and a client certificate (CN ``kube-apiserver-webhook-client``)
+    signed by it, optionally a random bearer token, a kubeconfig whose user entry
+    is named ``webhook_host`` (``host:port`` of the webhook's URL, the name the
+    API server looks up), and the AdmissionConfiguration pointing the
+    MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins at it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _CA.create("aibom-test-webhook-client-ca")
+    key, cert = ca.issue("kube-apiserver-webhook-client", client=True)
+    ca_file = _write(directory / "client-ca.crt", _pem_cert(ca.cert), 0o644)
+    cert_file = _write(directory / "apiserver-client.crt", _pem_cert(cert), 0o644)
+    key_file = _write(directory / "apiserver-client.key", _pem_key(key))
+    user: dict[str, str] = {"client-certificate": str(cert_file), "client-key": str(key_file)}
+    token_file = None
+    if token:
+        value = secrets.token_urlsafe(32)
+        token_file = _write(directory / "token", value.encode())
+        user["token"] = value
+    kubeconfig = _write(
+        directory / "webhook-kubeconfig.yaml",
+        json.dumps(
+            {"apiVersion": "v1", "kind": "Config", "users": [{"name": webhook_host, "user": user}]}
+        ).encode(),
+    )
+    plugin = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "WebhookAdmissionConfiguration",
+        "kubeConfigFile": str(kubeconfig),
+    }
+    config = _write(
+        directory / "admission-config.yaml",
+        json.dumps(
+            {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AdmissionConfiguration",
+                "plugins": [
+                    {"name": "MutatingAdmissionWebhook", "configuration": plugin},
+                    {"name": "ValidatingAdmissionWebhook", "configuration": plugin},
+                ],
+            }
+        ).encode(),
+        0o644,
+    )
+    return WebhookCaller(ca_file, cert_file, key_file, token_file, kubeconfig, config)
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -797,6 +864,9 @@ class ControlPlane:
     keep_data_dir: bool = False
     extra_apiserver_args: Sequence[str] = ()
     extra_controller_manager_args: Sequence[str] = ()
+    # An AdmissionConfiguration for kube-apiserver (--admission-control-config-file),
+    # e.g. `webhook_caller(...).config_file`: how it authenticates to webhooks.
+    admission_config_file: Path | None = None
 
     server: str = field(init=False, default="")
     kubeconfig: Path = field(init=False, default=Path())
@@ -984,6 +1054,11 @@ class ControlPlane:
                 "--profiling=false",
                 "--v=1",
                 *self.extra_apiserver_args,
+                *(
+                    [f"--admission-control-config-file={self.admission_config_file}"]
+                    if self.admission_config_file is not None
+                    else []
+                ),
             ],
             logs / "kube-apiserver.log",
         )

@@ -23,6 +23,7 @@ from tests.controlplane import (
     ControlPlaneError,
     cache_dir,
     ensure_binaries,
+    webhook_caller,
 )
 
 DESCRIPTION = f"""\
@@ -113,6 +114,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "tests.controlplane", "_serve"]
     if args.no_crds:
         cmd.append("--no-crds")
+    if args.webhook_client:
+        cmd += ["--webhook-client", args.webhook_client]
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -181,12 +184,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     directory = state_dir()
-    cp = ControlPlane(data_dir=directory / "data", keep_data_dir=False)
+    caller = None
+    if args.webhook_client:
+        # kube-apiserver authenticates to the webhook at this host:port (issue 14).
+        caller = webhook_caller(directory / "webhook-caller", webhook_host=args.webhook_client)
+    cp = ControlPlane(
+        data_dir=directory / "data",
+        keep_data_dir=False,
+        admission_config_file=caller.config_file if caller else None,
+    )
     try:
         cp.start()
         if not args.no_crds:
             print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
-        state = {
+        state: dict[str, Any] = {
             "status": "ready",
             "pid": os.getpid(),
             "kubeconfig": str(cp.kubeconfig),
@@ -196,6 +207,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "pids": cp.pids,
             "version": K8S_VERSION,
         }
+        if caller is not None:
+            state["webhook_caller"] = {
+                "host": args.webhook_client,
+                "client_ca_file": str(caller.client_ca_file),
+                "token_file": str(caller.token_file),
+            }
         tmp = state_file().with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(state_file())
@@ -228,11 +245,19 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start in the background and install the CRDs")
     up.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    up.add_argument(
+        "--webhook-client",
+        metavar="HOST:PORT",
+        help="kube-apiserver authenticates to the admission webhook at HOST:PORT with a client "
+        "certificate and a bearer token (AdmissionConfiguration); state.json names the files "
+        "the webhook needs (client CA, token)",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop what 'up' started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="is one running?").set_defaults(func=cmd_status)
     serve = sub.add_parser("_serve")  # internal: the detached supervisor
     serve.add_argument("--no-crds", action="store_true")
+    serve.add_argument("--webhook-client")
     serve.set_defaults(func=cmd_serve)
     args = parser.parse_args(argv)
     try:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,6 +64,21 @@ def test_make_demo(tmp_path: Path) -> None:
              "-n", "aibom-demo", "-l", "app.kubernetes.io/managed-by=aibom-rollup", "-o", "json"],
             capture_output=True, text=True, check=True, env=child_env(),
         )  # fmt: skip
+        # Issue 14: the demo's webhook answers only the API server (it stamped
+        # everything above); a stranger without its client certificate gets 401.
+        assert "callers authenticated" in out
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        port = env["AIBOM_DEMO_WEBHOOK_PORT"]
+        stranger = urllib.request.Request(
+            f"https://127.0.0.1:{port}/mutate", data=b"{}", method="POST",
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            urllib.request.urlopen(stranger, timeout=10, context=ctx)
+            raise AssertionError("the demo webhook answered a stranger")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
         names = sorted(c["metadata"]["name"] for c in json.loads(cms.stdout)["items"])
         assert names == [
             "aibom-cronjob-nightly-eval",

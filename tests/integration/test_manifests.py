@@ -224,7 +224,7 @@ def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc
     ns = svc["metadata"]["namespace"]
     certs = {c["metadata"]["name"]: c for c in of_kind(docs, "Certificate")}
     issuers = {i["metadata"]["name"]: i for i in of_kind(docs, "Issuer")}
-    serving = [c for c in certs.values() if not c["spec"].get("isCA")]
+    serving = [c for c in certs.values() if "server auth" in c["spec"].get("usages", ())]
     assert len(serving) == 1
     cert = serving[0]
     spec = cert["spec"]
@@ -263,6 +263,21 @@ def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc
         assert hook["clientConfig"]["service"]["namespace"] == ns
 
 
+def test_cert_manager_overlay_answers_only_the_api_servers_certificate(
+    cert_manager_built: list[Doc],
+) -> None:
+    """Issue 14: the webhook requires a client certificate of the serving CA, and the
+    overlay issues the API server's one from that same CA."""
+    dep = only(cert_manager_built, "Deployment", WEBHOOK)
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--client-ca-file=/tls/ca.crt" in args
+    certs = {c["metadata"]["name"]: c for c in of_kind(cert_manager_built, "Certificate")}
+    client = certs["aibom-rollup-apiserver-client"]["spec"]
+    serving = certs[WEBHOOK]["spec"]
+    assert "client auth" in client["usages"] and "server auth" not in client["usages"]
+    assert client["issuerRef"] == serving["issuerRef"]  # the CA in /tls/ca.crt
+
+
 def test_cert_manager_overlay_is_the_root_but_the_certificate(
     built: list[Doc], cert_manager_built: list[Doc]
 ) -> None:
@@ -275,6 +290,11 @@ def test_cert_manager_overlay_is_the_root_but_the_certificate(
                 doc["metadata"].pop("annotations", None)
                 for hook in doc["webhooks"]:
                     hook["clientConfig"].pop("caBundle", None)
+            if doc["kind"] == "Deployment":
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    c["args"] = [
+                        a for a in c.get("args", []) if a != "--client-ca-file=/tls/ca.crt"
+                    ]
             out.append(doc)
         return out
 
@@ -285,7 +305,7 @@ def test_cert_manager_overlay_passes_a_dry_run_but_for_cert_manager_kinds(
     cert_manager_built: list[Doc], kubectl: Kubectl, system_namespace: str
 ) -> None:
     plain = [d for d in cert_manager_built if not d["apiVersion"].startswith("cert-manager.io/")]
-    assert len(plain) == len(cert_manager_built) - 4
+    assert len(plain) == len(cert_manager_built) - 5
     _dry_run(kubectl, plain)
 
 

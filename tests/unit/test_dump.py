@@ -135,3 +135,35 @@ def test_not_utf8() -> None:
 def test_duplicate_uid_across_files_names_both_places() -> None:
     with pytest.raises(DumpError, match=r"b.json: duplicate uid .* \(also at a.json\)"):
         load([(json.dumps(DEP), "a.json"), (json.dumps(DUP), "b.json")])
+
+
+def test_cluster_scoped_owners_are_never_found_offline_as_live() -> None:
+    """Issue 14: one rule for the live walk and the offline scan. Owners are looked
+    up in the child's namespace; a cluster-scoped owner (a built-in kind, or any
+    object an API server returned without a namespace) is NotFound on both paths."""
+    from aibom_core.graph import build_graph
+    from aibom_core.kinds import default_registry
+
+    widget = mk("Widget", "cluster-wide", ns="")  # a cluster-scoped custom object
+    del widget["metadata"]["namespace"]
+    ns_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "uid": "n1"}}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "uid": "node-1"}}
+    pods = [
+        mk("Pod", "p1", widget, ns="default"),
+        mk("Pod", "p2", node, ns="default"),
+        mk("Pod", "p3", ns_obj, ns="default"),
+    ]
+    dump = load([(json.dumps([widget, ns_obj, node, *pods]), "dump.json")])
+    assert [o["metadata"]["name"] for o in dump.objects] == ["p1", "p2", "p3"]
+    graph = build_graph(dump.objects, default_registry())
+    reasons = [str(graph.resolve(p).failure) for p in dump.objects]
+    assert reasons == [
+        "NotFound example.com/Widget/cluster-wide",
+        "NotFound core/Node/n",
+        "NotFound core/Namespace/default",
+    ]
+    # A manifest without a UID is still put in `default`, as `kubectl apply` would.
+    manifest = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    assert load([(json.dumps(manifest), "m.json")]).objects[0]["metadata"]["namespace"] == (
+        "default"
+    )

@@ -31,7 +31,7 @@ def test_json() -> None:
     ("fmt", "expected"),
     [
         ("logfmt", 'msg="document written" root=ns/DynamoGraphDeployment/g reason="NotFound apps'),
-        ("text", "INFO document written root=ns/DynamoGraphDeployment/g reason=NotFound apps"),
+        ("text", 'INFO document written root=ns/DynamoGraphDeployment/g reason="NotFound apps'),
     ],
 )
 def test_line_formats(fmt: str, expected: str) -> None:

@@ -237,6 +237,21 @@ def test_network_policy_admits_only_the_webhook_port() -> None:
         assert rule.get("ports") == [{"protocol": "TCP", "port": _port(c, "https")}]
 
 
+def test_network_policy_limits_the_webhooks_egress_to_the_api_and_dns() -> None:
+    """Issue 14: what can be restricted is; the API server's address cannot be pinned."""
+    labels = _pod_labels(DEPLOYMENTS[WEBHOOK])
+    (pol,) = [
+        p
+        for p in of_kind(DOCS, "NetworkPolicy")
+        if _selects(p["spec"]["podSelector"]["matchLabels"], labels)
+    ]
+    spec = pol["spec"]
+    assert "Egress" in spec["policyTypes"]
+    ports = {(p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"]}
+    assert ports == {("TCP", 443), ("TCP", 6443), ("UDP", 53), ("TCP", 53)}
+    assert all(rule.get("ports") for rule in spec["egress"]), "no rule opens every port"
+
+
 def test_webhook_rules_cover_the_registry() -> None:
     config = only(DOCS, "MutatingWebhookConfiguration")
     hooks = webhook_rule_resources(config)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from aibom_core.objects import ref_of
 from aibom_core.stamp import (
     Keys,
     Stamp,
@@ -148,12 +149,54 @@ def test_replicaset_mirrors_its_deployment() -> None:
     )
     walked = Stamp(root="Deployment/d", root_uid="u1", rollup="rolled-up", reason=None)
     rs = GroupKind("apps", "ReplicaSet")
-    got = mirror_deployment(walked, subject=rs, owner=dep, keys=K)
+    hop = ref_of(dep)
+    got = mirror_deployment(walked, subject=rs, owner=dep, keys=K, first_hop=hop)
     assert got == Stamp(root="Deployment/d", root_uid="u1", rollup="root", reason=None)
     # Pods, other owners (stamped or not), and unstamped Deployments keep their
     # own walk's stamp.
-    assert mirror_deployment(walked, subject=GroupKind("", "Pod"), owner=dep, keys=K) == walked
-    assert mirror_deployment(walked, subject=rs, owner=mk("Widget", "w"), keys=K) == walked
+    assert (
+        mirror_deployment(walked, subject=GroupKind("", "Pod"), owner=dep, keys=K, first_hop=hop)
+        == walked
+    )
+    assert (
+        mirror_deployment(walked, subject=rs, owner=mk("Widget", "w"), keys=K, first_hop=hop)
+        == walked
+    )
     sts = mk("StatefulSet", "s", annotations={"aibom.dev/rollup": "root"})
-    assert mirror_deployment(walked, subject=rs, owner=sts, keys=K) == walked
-    assert mirror_deployment(walked, subject=rs, owner=mk("Deployment", "x"), keys=K) == walked
+    assert mirror_deployment(walked, subject=rs, owner=sts, keys=K, first_hop=hop) == walked
+    assert (
+        mirror_deployment(walked, subject=rs, owner=mk("Deployment", "x"), keys=K, first_hop=hop)
+        == walked
+    )
+
+
+def test_replicaset_mirrors_only_a_deployment_that_passed_the_uid_check() -> None:
+    """Issue 14: a Deployment re-created under the same name is not the RS's controller."""
+    from aibom_core.kinds import GroupKind
+
+    stamped = {"aibom.dev/root": "Deployment/d", "aibom.dev/rollup": "root"}
+    new = mk("Deployment", "d", gen=1, annotations={**stamped, "aibom.dev/root-uid": "new"})
+    old = mk("Deployment", "d")
+    rs = GroupKind("apps", "ReplicaSet")
+    walked = Stamp(
+        root=None, root_uid=None, rollup="unresolved", reason="UIDMismatch apps/Deployment/d"
+    )
+    # The walk failed at the first hop (UIDMismatch): no hop passed, nothing mirrored.
+    assert mirror_deployment(walked, subject=rs, owner=new, keys=K, first_hop=None) == walked
+    # A first hop that is another object than the owner offered: nothing mirrored.
+    assert mirror_deployment(walked, subject=rs, owner=new, keys=K, first_hop=ref_of(old)) == walked
+
+
+def test_mirror_agrees_only_when_the_replicaset_carries_the_owners_values() -> None:
+    from aibom_core.stamp import mirror_agrees
+
+    dep = mk("Deployment", "d", annotations={"aibom.dev/rollup": "root", "other": "x"})
+    same = mk("ReplicaSet", "d-1", dep, annotations={"aibom.dev/rollup": "root"})
+    newer = mk("ReplicaSet", "d-1", dep, annotations={"aibom.dev/rollup": "rolled-up"})
+    assert mirror_agrees(same, dep, keys=K)
+    assert not mirror_agrees(newer, dep, keys=K)
+    # Keys the Deployment lacks are never compared (the controller only copies).
+    extra = mk("ReplicaSet", "d-1", dep, annotations={"aibom.dev/rollup": "root", K.root: "x"})
+    assert mirror_agrees(extra, dep, keys=K)
+    # Nothing is mirrored for other pairs: always fine.
+    assert mirror_agrees(mk("Pod", "p", same), same, keys=K)

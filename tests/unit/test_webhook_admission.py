@@ -162,10 +162,13 @@ def test_patch_overwrites_forged_values_and_removes_the_reason() -> None:
     assert stamp_patch(out, _stamp(objs, out), keys=KEYS) == []
 
 
-def test_patch_with_a_tilde_in_the_prefix_escapes_it() -> None:
-    keys = Keys("a~b.dev/")
+def test_patch_escapes_the_prefix_and_a_tilde_prefix_is_refused() -> None:
+    keys = Keys("a-b.dev/")
     ops = stamp_patch(mk("Pod", "p"), _stamp([], mk("Pod", "p")), keys=keys)
-    assert any(op["path"] == "/metadata/annotations/a~0b.dev~1rollup" for op in ops)
+    assert any(op["path"] == "/metadata/annotations/a-b.dev~1rollup" for op in ops)
+    # `~` cannot be in an annotation key's prefix (issue 14: refused at start).
+    with pytest.raises(ValueError, match="DNS-1123"):
+        Keys("a~b.dev/")
 
 
 def test_create_of_a_root_has_no_root_uid_yet() -> None:

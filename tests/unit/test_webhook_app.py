@@ -125,7 +125,7 @@ async def test_subresource_and_unknown_kinds_are_skipped(hook: Hook) -> None:
     assert (
         hook.sample(
             "aibom_webhook_admissions_total",
-            {"kind": "ConfigMap", "operation": "CREATE", "result": "skipped"},
+            {"kind": "other", "operation": "CREATE", "result": "skipped"},
         )
         == 1
     )
@@ -204,6 +204,23 @@ async def test_failed_hops_are_unresolved_counted_and_admitted(
     assert len(infos) == 1 and len(debugs) == 2  # once per (kind, reason) at INFO
 
 
+async def test_replicaset_of_a_recreated_deployment_is_unresolved_not_mirrored(
+    hook: Hook,
+) -> None:
+    """Issue 14: the mirror exception applies only to an owner that passed the UID check."""
+    stamped = {"aibom.dev/root": "Deployment/d", "aibom.dev/rollup": "root"}
+    old = mk("Deployment", "d")
+    new = mk("Deployment", "d", gen=1, annotations=stamped)  # same name, new UID, stamped
+    hook.source.add(new)
+    rs = mk("ReplicaSet", "d-1", old, annotations=stamped)  # copied while `old` lived
+    status, doc = await hook.post(review(rs, operation="UPDATE", old=rs))
+    assert status == 200
+    assert _stamped(rs, doc) == {
+        "aibom.dev/rollup": "unresolved",
+        "aibom.dev/rollup-reason": "UIDMismatch apps/Deployment/d",
+    }
+
+
 async def test_uid_mismatch_after_recreation(hook: Hook) -> None:
     old = mk("DynamoComponentDeployment", "c")
     hook.source.add(mk("DynamoComponentDeployment", "c", gen=1))  # same name, new UID
@@ -266,3 +283,71 @@ async def test_health_ready_metrics(aiohttp_client: MakeClient) -> None:
     assert "aibom_webhook_admission_duration_seconds_bucket" in text
     labels = 'kind="Pod",operation="CREATE",result="uncovered"'
     assert f"aibom_webhook_admissions_total{{{labels}}} 1.0" in text
+
+
+async def test_stale_cached_deployment_never_reverts_the_controllers_newer_copy(
+    aiohttp_client: MakeClient,
+) -> None:
+    """Issue 14: a ReplicaSet carrying its Deployment's newer stamp is not reverted
+    to the one of the Deployment's cached (older) resourceVersion."""
+    source = MemorySource()
+    metrics = Metrics()
+    registry = default_registry()
+    resolver = Resolver(source, registry=registry, deadline=0.5, cache=OwnerCache(ttl=600))
+    admitter = Admitter(resolver=resolver, registry=registry, keys=Keys(), metrics=metrics)
+    app = make_app(admitter=admitter, metrics=metrics, readiness=Readiness(True, True))
+    hook = Hook(await aiohttp_client(app), source, metrics)
+    sts = mk("StatefulSet", "owner")
+    source.add(sts)
+    dep = mk("Deployment", "d")
+    alone = {
+        "aibom.dev/root": "Deployment/d",
+        "aibom.dev/root-uid": dep["metadata"]["uid"],
+        "aibom.dev/rollup": "root",
+    }
+    dep["metadata"]["annotations"] = alone
+    dep["metadata"]["resourceVersion"] = "100"
+    source.add(dep)
+    rs = mk("ReplicaSet", "d-1", dep, annotations=alone)
+    status, doc = await hook.post(review(rs))
+    assert status == 200 and _stamped(rs, doc) == alone  # the Deployment is now cached
+    # The Deployment is adopted by the StatefulSet (its stamp changes), and the
+    # deployment controller copies its new annotations onto the ReplicaSet.
+    adopted = {
+        "aibom.dev/root": "StatefulSet/owner",
+        "aibom.dev/root-uid": sts["metadata"]["uid"],
+        "aibom.dev/rollup": "rolled-up",
+    }
+    dep2 = mk("Deployment", "d", sts, annotations=adopted)
+    dep2["metadata"]["resourceVersion"] = "107"
+    source.add(dep2)
+    rs2 = mk("ReplicaSet", "d-1", dep, annotations=adopted)
+    gets = source.gets["Deployment"]
+    status, doc = await hook.post(review(rs2, operation="UPDATE", old=rs))
+    assert status == 200
+    assert _patch(doc) == []  # the copy is the truth: nothing reverted
+    assert source.gets["Deployment"] == gets + 1  # one fresh GET, because they disagreed
+    assert hook.sample("aibom_webhook_owner_lookups_total", {"source": "refreshed"}) == 1
+    # Agreement costs nothing: the refreshed entry answers the next review.
+    status, doc = await hook.post(review(rs2, operation="UPDATE", old=rs2))
+    assert _patch(doc) == [] and source.gets["Deployment"] == gets + 1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 200_000,  # issue 14: was an HTTP 500 (RecursionError in the parser)
+        b'{"a":' * 200_000,
+        b"[" * 1025 + b"]" * 1025,  # complete, but past the depth limit
+        # Parses, but a value nested 1,000 deep must not reach an encoder's
+        # recursion limit when the error message shows it.
+        b'{"apiVersion":' + b"[" * 1000 + b"]" * 1000 + b',"kind":"AdmissionReview"}',
+        b'{"apiVersion":"admission.k8s.io/v1","kind":' + b"[" * 1000 + b"]" * 1000 + b"}",
+    ],
+    ids=["open-brackets", "open-objects", "closed-1025", "deep-apiversion", "deep-kind"],
+)
+async def test_deeply_nested_json_is_a_clean_400(hook: Hook, data: bytes) -> None:
+    status, reply = await hook.post(data)
+    assert status == 400, reply
+    assert reply.startswith("bad AdmissionReview: ") and reply.count("\n") == 1
+    assert hook.sample("aibom_webhook_errors_total", {"stage": "admit"}) == 0

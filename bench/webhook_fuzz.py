@@ -1,0 +1,174 @@
+"""Fuzz benchmark of the webhook process (not a test): 100,000 hostile AdmissionReviews.
+
+Starts the real control plane (tests/controlplane) and `aibom-rollup webhook`
+as a subprocess (the shipped ClusterRole, log level warning, logs to a file),
+then sends the seeded bodies of tests/unit/review_fuzz.py (invalid JSON,
+wrong kinds, wrong types in every field, huge annotations, deep
+ownerReference lists, hostile names, owner cycles) over TLS with a few
+keep-alive connections, checks every answer with the same oracle as the
+unit test, and samples the process's RSS (/proc/PID/status VmRSS).
+
+    .venv/bin/python bench/webhook_fuzz.py [--count 100000] [--seed 14] [--concurrency 8]
+
+Prints: answers by class, failures (must be 0), 5xx (must be 0), whether the
+process is still alive, RSS after warm-up (the first 2 %) and at every
+quarter, and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from tests.integration.test_webhook import Webhook, grant, shipped_role  # noqa: E402
+from tests.unit.review_fuzz import bodies, check_answer  # noqa: E402
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def drive(url: str, ctx: object, pid: int, args: argparse.Namespace) -> dict[str, object]:
+    classes: Counter[str] = Counter()
+    failures: list[str] = []
+    rss: list[tuple[int, float]] = []
+    marks = {max(1, args.count // 50)} | {args.count * q // 4 for q in (1, 2, 3)}
+    queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=64)
+    done = 0
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=args.concurrency)  # type: ignore[arg-type]
+
+    async def worker(http: aiohttp.ClientSession) -> None:
+        nonlocal done
+        while (item := await queue.get()) is not None:
+            i, data = item
+            try:
+                async with http.post(
+                    url, data=data, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    answer = await resp.read()
+                    classes[check_answer(data, resp.status, resp.content_type, answer)] += 1
+            except Exception as exc:  # the oracle's verdict, or a dropped connection
+                failures.append(f"case {i}: {type(exc).__name__}: {str(exc)[:200]}")
+            done += 1
+            if done in marks:
+                rss.append((done, rss_mib(pid)))
+
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        workers = [asyncio.create_task(worker(http)) for _ in range(args.concurrency)]
+        began = time.monotonic()
+        for item in bodies(args.seed, args.count):
+            await queue.put(item)
+        for _ in workers:
+            await queue.put(None)
+        await asyncio.gather(*workers)
+        wall = time.monotonic() - began
+    rss.append((done, rss_mib(pid)))
+    return {
+        "count": args.count,
+        "seed": args.seed,
+        "classes": dict(classes),
+        "failures": len(failures),
+        "failure_examples": failures[:5],
+        "wall_s": round(wall, 1),
+        "rss_mib": [(n, round(m, 1)) for n, m in sorted(rss)],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--count", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--json", metavar="FILE", help="write the results here too")
+    args = ap.parse_args()
+    with ControlPlane() as cp:
+        kubectl = cp.kubectl
+        ns = "ns"  # the namespace the fuzz owners live in (most lookups: NotFound)
+        kubectl("create", "namespace", ns)
+        kubeconfig = grant(cp, kubectl, f"aibom-fuzz-{uuid.uuid4().hex[:4]}", shipped_role())
+        hook = Webhook(
+            cp, Path(tempfile.mkdtemp(prefix="aibom-fuzz-")), name="fuzz", kubeconfig=kubeconfig
+        )
+        log = open(hook.log, "ab")  # noqa: SIM115 - the child keeps it
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "aibom_rollup",
+                "webhook",
+                "--cert-file",
+                str(hook.dir / "tls.crt"),
+                "--key-file",
+                str(hook.dir / "tls.key"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(hook.port),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        hook.proc = proc
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if hook.request("GET", "/readyz")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
+                time.sleep(0.2)
+            start_rss = rss_mib(proc.pid)
+            url = f"https://127.0.0.1:{hook.port}/mutate"
+            result = asyncio.run(drive(url, hook.ssl_context(), proc.pid, args))
+            result["rss_mib_at_ready"] = round(start_rss, 1)
+            result["alive"] = proc.poll() is None
+            _, metrics = hook.request("GET", "/metrics")
+            errors = [
+                line
+                for line in metrics.decode().splitlines()
+                if line.startswith("aibom_webhook_errors_total{")
+            ]
+            result["errors_total"] = errors
+            result["metric_lines"] = len(metrics.decode().splitlines())
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    ok = result["failures"] == 0 and result["alive"] and not result["errors_total"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""Issue 14 on the real control plane: exact stamps when owners are re-created or race.
+
+- A ReplicaSet whose Deployment was deleted and re-created under the same
+  name is `unresolved` (UIDMismatch), never mirrored from the new Deployment,
+  and the core the annotator and `tree` share agrees with the webhook.
+- The real deployment controller copies a Deployment's new stamp onto its
+  ReplicaSet while the webhook still caches the Deployment's previous
+  resourceVersion: the copy is never reverted (no flip-flop).
+
+The webhook runs as in tests/integration/test_webhook.py (a real process,
+the shipped ClusterRole, the shipped webhook configuration), but with a long
+owner cache TTL so the stale entry is certain to be there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
+from tests.integration.test_webhook import (
+    Webhook,
+    apply,
+    deployment,
+    enabled_namespace,
+    get,
+    grant,
+    owner_ref,
+    shipped_role,
+    stamp,
+    wait_for,
+    wait_registered,
+)
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def long_cache_webhook(
+    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Webhook]:
+    kubeconfig = grant(control_plane, kubectl, "aibom-webhook-races", shipped_role())
+    hook = Webhook(
+        control_plane,
+        tmp_path_factory.mktemp("races"),
+        name="aibom-rollup-races",
+        kubeconfig=kubeconfig,
+        selector={"aibom-test.dev/races": "on"},
+        args=("--owner-cache-ttl", "600"),
+    )
+    hook.start()
+    hook.register(kubectl)
+    try:
+        yield hook
+    finally:
+        hook.unregister(kubectl)
+        if hook.proc is not None:
+            hook.stop()
+
+
+@pytest.fixture
+def ns(long_cache_webhook: Webhook, kubectl: Kubectl, namespace: str) -> str:
+    enabled_namespace(kubectl, namespace, "aibom-test.dev/races=on")
+    wait_registered(kubectl, namespace)
+    return namespace
+
+
+def _rs(cp: ControlPlane, ns: str, name: str) -> Obj:
+    resp = cp.request("GET", f"/apis/apps/v1/namespaces/{ns}/replicasets/{name}")
+    assert resp.status == 200, resp.body
+    obj: Obj = resp.json()
+    return obj
+
+
+def _tree(kubectl: Kubectl, ns: str) -> list[Obj]:
+    """`aibom-rollup tree -o json` over a dump of the namespace (the annotator's core)."""
+    dump = kubectl("get", "-n", ns, "deploy,rs,sts", "-o", "json").stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
+        input=dump,
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    records: list[Obj] = json.loads(out.stdout)
+    return records
+
+
+def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str
+) -> None:
+    # Paused: the deployment controller makes no ReplicaSet for it, so no walk
+    # ever puts it in the owner cache (a cached owner would answer for its own
+    # UID after its deletion, for the TTL: the documented bounded staleness).
+    old_doc = deployment(ns, "web", replicas=0)
+    old_doc["spec"]["paused"] = True
+    old = apply(kubectl, old_doc)
+    kubectl("delete", "-n", ns, "deployment/web", "--wait=true")
+    new = apply(kubectl, deployment(ns, "web", replicas=0))
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    # The new Deployment is stamped and cached (its ReplicaSet's walk GETs it).
+    wait_for(
+        "the new Deployment's ReplicaSet",
+        lambda: get(kubectl, ns, "replicasets", "-l", "app=web")["items"],
+    )
+    assert stamp(get(kubectl, ns, "deployment/web"))["aibom.dev/rollup"] == "root"
+    # A ReplicaSet still naming the deleted Deployment (a lingering child).
+    # The finalizer keeps it while the garbage collector deletes it (its owner
+    # is gone by UID), so its stamp can be watched.
+    ref = owner_ref(old)
+    rs_doc: Obj = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": "web-stale",
+            "namespace": ns,
+            "labels": {"app": "web-stale"},
+            "ownerReferences": [ref],
+            "finalizers": ["aibom-test.dev/hold"],
+            # What the deployment controller copied while the old one lived.
+            "annotations": {"aibom.dev/root": "Deployment/web", "aibom.dev/rollup": "root"},
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "web-stale"}},
+            "template": {
+                "metadata": {"labels": {"app": "web-stale"}},
+                "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
+            },
+        },
+    }
+    try:
+        created = apply(kubectl, rs_doc)
+        unresolved = {
+            "aibom.dev/rollup": "unresolved",
+            "aibom.dev/rollup-reason": "UIDMismatch apps/Deployment/web",
+        }
+        assert stamp(created) == unresolved
+        # An UPDATE that touches our keys (a forged copy of the new owner's
+        # stamp) is judged the same way: never the new Deployment's root-uid.
+        kubectl(
+            "annotate",
+            "-n",
+            ns,
+            "replicaset/web-stale",
+            "--overwrite",
+            "aibom.dev/rollup=root",
+            f"aibom.dev/root-uid={new['metadata']['uid']}",
+        )
+        assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
+        # The shared core (annotator graph, offline tree) says the same: no fight.
+        record = next(
+            r for r in _tree(kubectl, ns) if r["kind"] == "ReplicaSet" and r["name"] == "web-stale"
+        )
+        assert record["annotations"] == unresolved
+        # Stable: whatever updates happen meanwhile (the garbage collector's
+        # delete), the stamp never changes.
+        until = time.monotonic() + 3
+        while time.monotonic() < until:
+            assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
+            time.sleep(0.1)
+    finally:
+        kubectl(
+            "patch",
+            "-n",
+            ns,
+            "replicaset/web-stale",
+            "--type=merge",
+            "-p",
+            '{"metadata":{"finalizers":null}}',
+            check=False,
+        )
+
+
+def test_deployment_controller_copy_is_never_reverted_by_the_cache(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
+) -> None:
+    owner = apply(
+        kubectl,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "owner", "namespace": ns},
+            "spec": {
+                "replicas": 0,
+                "serviceName": "owner",
+                "selector": {"matchLabels": {"app": "owner"}},
+                "template": {
+                    "metadata": {"labels": {"app": "owner"}},
+                    "spec": {"containers": [{"name": "m", "image": "registry.example/app:1"}]},
+                },
+            },
+        },
+    )
+    apply(kubectl, deployment(ns, "web", replicas=0))
+    # The deployment controller makes the ReplicaSet; the webhook's walk of it
+    # GETs the Deployment, which now sits in the owner cache (TTL 600 s).
+    rs = wait_for(
+        "the ReplicaSet stamped with the Deployment's stamp",
+        lambda: next(
+            (
+                r
+                for r in get(kubectl, ns, "replicasets", "-l", "app=web")["items"]
+                if stamp(r).get("aibom.dev/rollup") == "root"
+            ),
+            None,
+        ),
+    )
+    name = rs["metadata"]["name"]
+    # Adoption: the Deployment gets a controller reference to the StatefulSet;
+    # the webhook stamps it rolled-up, and the deployment controller copies that
+    # onto the ReplicaSet, whose walk would find the Deployment in the cache as
+    # it was before (ownerless, `root`).
+    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
+    kubectl("patch", "-n", ns, "deployment/web", "--type=merge", "-p", json.dumps(patch))
+    want = {
+        "aibom.dev/root": "StatefulSet/owner",
+        "aibom.dev/root-uid": owner["metadata"]["uid"],
+        "aibom.dev/rollup": "rolled-up",
+    }
+    assert stamp(get(kubectl, ns, "deployment/web")) == want
+    wait_for(
+        "the ReplicaSet to carry the Deployment's new stamp",
+        lambda: stamp(_rs(control_plane, ns, name)) == want,
+    )
+    # From here on, for 6 s: never reverted, and no update loop (the revert
+    # and the controller's copy would chase each other until the TTL expired).
+    versions = {_rs(control_plane, ns, name)["metadata"]["resourceVersion"]}
+    seen = []
+    until = time.monotonic() + 6
+    while time.monotonic() < until:
+        cur = _rs(control_plane, ns, name)
+        versions.add(cur["metadata"]["resourceVersion"])
+        seen.append(stamp(cur))
+        time.sleep(0.05)
+    reverted = [s for s in seen if s != want]
+    assert not reverted, f"reverted {len(reverted)} of {len(seen)} times, e.g. {reverted[0]}"
+    assert len(versions) <= 2, f"ReplicaSet updated {len(versions) - 1} times meanwhile"
+    refreshed = long_cache_webhook.metric(
+        "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
+    )
+    assert refreshed >= 1
+
+
+def test_cluster_scoped_owner_is_notfound_live_and_offline(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
+) -> None:
+    """One rule for both paths: owners are looked up in the child's namespace; a
+    cluster-scoped owner (here the Namespace itself, a legal owner for the garbage
+    collector) is NotFound live (no GET: the shipped role could not read it and
+    said Forbidden before) and offline (`tree` over `kubectl get -o json`)."""
+    namespace_obj = json.loads(kubectl("get", "namespace", ns, "-o", "json").stdout)
+    ref = owner_ref(namespace_obj)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "owned-by-ns", "namespace": ns, "ownerReferences": [ref]},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
+    }
+    live = stamp(apply(kubectl, pod))
+    want = {
+        "aibom.dev/rollup": "unresolved",
+        "aibom.dev/rollup-reason": f"NotFound core/Namespace/{ns}",
+    }
+    assert live == want
+    # Offline, from a dump holding both the Pod and its cluster-scoped owner.
+    dump = kubectl("get", "namespace", ns, "-o", "json").stdout
+    pods = kubectl("get", "-n", ns, "pods", "-o", "json").stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
+        input=json.dumps([json.loads(dump), *json.loads(pods)["items"]]),
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
+    assert record["annotations"] == want

@@ -1,0 +1,133 @@
+"""Strangers get no answer (issue 14 item 8): the caller authenticated by client
+certificate and/or bearer token, on the real listening server with real TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from aibom_core.kinds import default_registry
+from aibom_core.stamp import Keys
+from certs.pki import issue_serving, new_ca
+from tests.controlplane import webhook_caller
+from tests.unit.kobj import mk
+from tests.unit.webhook_fakes import MemorySource, body, review
+from webhook.auth import AuthError, CallerAuth
+from webhook.main import Server
+from webhook.resolver import OwnerCache
+from webhook.tls import CertReloader
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def _serve(tmp_path: Path, *, cert: bool, token: bool) -> AsyncIterator[tuple[int, Path]]:
+    now = dt.datetime.now(dt.UTC)
+    ca = new_ca(common_name="t", now=now, days=1)
+    pair = issue_serving(ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, days=1)
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=True)
+    client_ca = str(caller.client_ca_file) if cert else None
+    token_file = str(caller.token_file) if token else None
+    server = Server(
+        source=MemorySource(),
+        registry=default_registry(),
+        keys=Keys(),
+        reloader=CertReloader(
+            str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), client_ca_file=client_ca
+        ),
+        host="127.0.0.1",
+        port=0,
+        cache=OwnerCache(ttl=0),
+        shutdown_grace=1.0,
+        auth=CallerAuth.from_files(client_ca_file=client_ca, token_file=token_file),
+    )
+    await server.start()
+    serving = asyncio.create_task(server.serve_until_stopped())
+    try:
+        assert server.port is not None
+        yield server.port, tmp_path
+    finally:
+        server.request_stop("test")
+        await asyncio.wait_for(serving, 10)
+
+
+def _ctx(tmp_path: Path, client: str | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    if client == "apiserver":
+        d = tmp_path / "caller"
+        ctx.load_cert_chain(str(d / "apiserver-client.crt"), str(d / "apiserver-client.key"))
+    elif client == "stranger":
+        other = webhook_caller(tmp_path / "stranger", webhook_host="127.0.0.1", token=False)
+        ctx.load_cert_chain(str(other.cert_file), str(other.key_file))
+    return ctx
+
+
+async def _post(
+    port: int, ctx: ssl.SSLContext, headers: dict[str, str] | None = None
+) -> tuple[int, str]:
+    connector = aiohttp.TCPConnector(ssl=ctx)
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.post(
+            f"https://127.0.0.1:{port}/mutate",
+            data=body(review(mk("Pod", "p"), uid="u1")),
+            headers={**JSON, **(headers or {})},
+        ) as resp,
+    ):
+        return resp.status, await resp.text()
+
+
+async def _get(port: int, ctx: ssl.SSLContext, path: str) -> int:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http,
+        http.get(f"https://127.0.0.1:{port}{path}") as resp,
+    ):
+        return resp.status
+
+
+async def test_client_certificate_required(tmp_path: Path) -> None:
+    async for port, d in _serve(tmp_path, cert=True, token=False):
+        status, text = await _post(port, _ctx(d, "apiserver"))
+        assert status == 200 and '"uid":"u1"' in text
+        # No certificate: the connection is made (probes), /mutate refuses.
+        status, text = await _post(port, _ctx(d, None))
+        assert status == 401 and "client certificate" in text
+        assert await _get(port, _ctx(d, None), "/healthz") == 200
+        # A certificate of another CA: refused in the TLS handshake.
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError)):
+            await _post(port, _ctx(d, "stranger"))
+
+
+async def test_bearer_token_required(tmp_path: Path) -> None:
+    async for port, d in _serve(tmp_path, cert=False, token=True):
+        token = (d / "caller" / "token").read_text()
+        status, _ = await _post(port, _ctx(d, None), {"Authorization": f"Bearer {token}"})
+        assert status == 200
+        for wrong in ({}, {"Authorization": "Bearer nope"}, {"Authorization": f"Basic {token}"}):
+            status, text = await _post(port, _ctx(d, None), wrong)
+            assert status == 401 and "bearer token" in text
+
+
+async def test_both_required_together(tmp_path: Path) -> None:
+    async for port, d in _serve(tmp_path, cert=True, token=True):
+        token = (d / "caller" / "token").read_text()
+        good = {"Authorization": f"Bearer {token}"}
+        assert (await _post(port, _ctx(d, "apiserver"), good))[0] == 200
+        assert (await _post(port, _ctx(d, "apiserver")))[0] == 401
+        assert (await _post(port, _ctx(d, None), good))[0] == 401
+
+
+def test_bad_token_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(AuthError, match=r"(?i)no such file"):
+        CallerAuth.from_files(client_ca_file=None, token_file=str(tmp_path / "missing"))
+    (tmp_path / "t").write_text("two words\n")
+    with pytest.raises(AuthError, match="printable"):
+        CallerAuth.from_files(client_ca_file=None, token_file=str(tmp_path / "t"))
