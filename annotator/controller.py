@@ -125,6 +125,7 @@ class Controller:
             bucket=TokenBucket(settings.write_qps, settings.write_burst),
             stamp_bucket=TokenBucket(settings.stamp_qps, settings.stamp_burst),
             identity=self.identity,
+            lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
         self.first_synced_at: float | None = None
@@ -137,7 +138,9 @@ class Controller:
     # -- leadership -------------------------------------------------------------
 
     def is_leader(self) -> bool:
-        return self._leading
+        # Fenced: the elector's answer is read now, against its renew
+        # deadline, not the last value it told us (annotator.leader).
+        return self._leading and (self.elector is None or self.elector.is_leader)
 
     def _leadership(self, leading: bool) -> None:
         self._leading = leading
