@@ -48,11 +48,43 @@ AGGREGATED_DISCOVERY = (
 
 
 class KubeError(Exception):
-    """A request failed in a way the caller must handle (connection, bad config)."""
+    """A request failed in a way the caller must handle (connection, bad config, HTTP status).
+
+    `status` is the HTTP status (or a watch ERROR event's `code`) when the
+    server answered, None for connection trouble; `retry_after` the seconds
+    the server asked us to wait (`Retry-After`, or a Status's
+    `details.retryAfterSeconds`). Callers decide by these, never by the text.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def throttled(self) -> bool:
+        """429, or a 5xx that says when to come back: wait, then resume (not relist)."""
+        return self.status == 429 or (
+            self.status is not None and self.status >= 500 and self.retry_after is not None
+        )
 
 
 class WatchExpired(KubeError):
     """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """`Retry-After` in seconds (the API server sends an integer), None if absent or not one."""
+    raw = headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None  # an HTTP-date: the API server never sends one
+    return value if value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +307,13 @@ class Kube:
         pool_size: int = 64,
         request_timeout: float = 30.0,
         rediscover_after: float = 30.0,
+        max_retries: int = 0,
+        retry_after_cap: float = 30.0,
     ) -> None:
         self.creds = creds
+        self.max_retries = max_retries
+        self.retry_after_cap = retry_after_cap
+        self.throttled: Counter[str] = Counter()  # verb -> retries after 429/Retry-After
         self.server = creds.server
         self._ssl = _ssl_context(creds)
         self._pool_size = pool_size
@@ -360,12 +397,60 @@ class Kube:
         accept: str | None = None,
         timeout: float | None = None,
     ) -> KubeResponse:
-        """One API request; HTTP errors are responses, connection problems KubeError."""
-        session = self._require()
+        """One API request; HTTP errors are responses, connection problems KubeError.
+
+        With `max_retries` > 0 (the annotator's client), a 429 or 5xx that
+        carries `Retry-After` is retried after that many seconds (capped at
+        `retry_after_cap`), as client-go's rest client does, while the whole
+        exchange still fits in `timeout`; otherwise the response is returned.
+        """
         body: bytes | str | None = data
         if json is not None:
             body = _dumps(json)
             content_type = content_type or "application/json"
+        budget = timeout or self._timeout
+        deadline = time.monotonic() + budget
+        attempt = 0
+        while True:
+            resp = await self._request_once(
+                method,
+                path,
+                params=params,
+                body=body,
+                content_type=content_type,
+                accept=accept,
+                timeout=max(0.001, deadline - time.monotonic()),
+            )
+            wait = retry_after(resp.headers)
+            if (
+                attempt >= self.max_retries
+                or wait is None
+                or not (resp.status == 429 or resp.status >= 500)
+            ):
+                return resp
+            wait = min(wait, self.retry_after_cap)
+            if time.monotonic() + wait >= deadline:
+                return resp
+            self.throttled[method] += 1
+            attempt += 1
+            log.debug(
+                "API server asked us to retry later",
+                extra={"method": method, "path": path, "status": resp.status, "retry_in_s": wait},
+            )
+            await asyncio.sleep(wait)
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: bytes | str | None,
+        content_type: str | None,
+        accept: str | None,
+        timeout: float,
+    ) -> KubeResponse:
+        session = self._require()
         self.requests[method] += 1
         try:
             async with session.request(
@@ -374,7 +459,7 @@ class Kube:
                 params=params,
                 data=body,
                 headers=self._headers(content_type, accept),
-                timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 raw = await resp.read()
                 ctype = resp.headers.get("Content-Type", "")
@@ -430,10 +515,14 @@ class Kube:
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
             ) as resp:
                 if resp.status == 410:
-                    raise WatchExpired(f"watch {path}: 410 Gone")
+                    raise WatchExpired(f"watch {path}: 410 Gone", status=410)
                 if resp.status != 200:
                     text = (await resp.read()).decode("utf-8", "replace")[:300]
-                    raise KubeError(f"watch {path}: HTTP {resp.status}: {text}")
+                    raise KubeError(
+                        f"watch {path}: HTTP {resp.status}: {text}",
+                        status=resp.status,
+                        retry_after=retry_after(resp.headers),
+                    )
                 buf = b""
                 async for chunk in resp.content.iter_chunked(WATCH_CHUNK):
                     buf += chunk
@@ -487,9 +576,16 @@ def _raise_on_error_event(path: str, event: Any) -> None:
     if not isinstance(event, dict) or event.get("type") != "ERROR":
         return
     status = event.get("object") or {}
-    if status.get("code") == 410:
-        raise WatchExpired(f"watch {path}: {status.get('message', '410 Gone')}")
-    raise KubeError(f"watch {path}: {status.get('message', status)}")
+    code = status.get("code") if isinstance(status.get("code"), int) else None
+    if code == 410:
+        raise WatchExpired(f"watch {path}: {status.get('message', '410 Gone')}", status=410)
+    details = status.get("details")
+    wait = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    raise KubeError(
+        f"watch {path}: {status.get('message', status)}",
+        status=code,
+        retry_after=float(wait) if isinstance(wait, int | float) else None,
+    )
 
 
 def _dumps(obj: Any) -> str:

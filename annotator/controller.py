@@ -71,6 +71,7 @@ class Settings:
     size_limit: int = MAX_DATA_BYTES
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
+    watch_idle_timeout: float = 90.0
 
     @property
     def generator(self) -> str:
@@ -365,6 +366,7 @@ class Controller:
             watch_timeout=self.settings.watch_timeout,
             forbidden_retry=self.settings.forbidden_retry,
             sync_timeout=self.settings.sync_timeout,
+            idle_timeout=self.settings.watch_idle_timeout,
         )
         self.informers[gk] = informer
         self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")

@@ -78,7 +78,9 @@ class Metrics:
         )
         self.watch_restarts = Counter(
             "aibom_annotator_watch_restarts",
-            "Watches restarted, by kind and why (expired: 410 Gone relist; error; closed).",
+            "Watches restarted, by kind and why (expired: 410 Gone relist; continue_expired: a "
+            "paged list restarted; throttled: 429 or 5xx with Retry-After; idle: a silent "
+            "stream; error; closed).",
             ["group", "kind", "reason"],
             registry=r,
         )
