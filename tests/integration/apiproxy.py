@@ -6,8 +6,8 @@ request over TLS to the real kube-apiserver with the client certificate of
 the identity it was given, and streams the answer back (watches included).
 The test can then, at any moment:
 
-- `throttle(retry_after)`: answer every request 429 with `Retry-After` (the
-  API server's own Status body), as API Priority and Fairness does;
+- `throttle(retry_after)`: close the open streams and answer every request
+  429 with `Retry-After` (a Status body), as API Priority and Fairness does;
 - `cut()` / `restore()`: close every open stream and answer 503 (no
   Retry-After) to everything until restored: a network partition, a watch gap;
 - `freeze()`: stop relaying bytes on the streams open now (they stay open and
@@ -61,7 +61,11 @@ class ApiProxy:
     # -- control (from the test's thread) --
 
     def throttle(self, retry_after: int | None) -> None:
+        """429 to everything from now on (None: stop); the open streams are closed, so
+        every watch must come back, into the 429s."""
         self.retry_after = retry_after
+        if retry_after is not None:
+            self._call(self._close_streams)
 
     def cut(self) -> None:
         self.down = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ pytestmark = pytest.mark.integration
 
 DCD_PATH = "/apis/nvidia.com/v1beta1/namespaces/{ns}/dynamocomponentdeployments"
 DCD_LIST = "/apis/nvidia.com/v1beta1/dynamocomponentdeployments"
+DCD_LABELS = {"group": "nvidia.com", "kind": "DynamoComponentDeployment"}
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
@@ -166,6 +168,11 @@ def assert_cold_start_agrees(
         assert cold.stop() == 0, cold.tail()
 
 
+def live_dcds(cp: ControlPlane) -> int:
+    """DynamoComponentDeployments in the whole cluster (the annotator caches them all)."""
+    return len(cp.request("GET", DCD_LIST).json()["items"])
+
+
 def names(cp: ControlPlane, ns: str) -> set[str]:
     return set(docs(cp, ns))
 
@@ -215,14 +222,22 @@ def test_deletions_during_a_watch_gap_expired_resource_version_and_continue_toke
             compact_etcd(fcp)
             proxy.release()
             final = want("c2", "c4", "gap-new")
+            # The documents of deleted roots go with them anyway (ownerReference:
+            # the garbage collector); the cache is where a ghost would live.
+            wait_for(
+                "exactly the live roots in the annotator's cache",
+                lambda: a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp),
+                60,
+            )
             wait_for("the deleted roots' documents gone", lambda: names(fcp, ns) == final, 90)
             assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "expired"}) > expired
             assert (
                 a.metric("aibom_annotator_watch_restarts_total", {"reason": "continue_expired"})
                 >= 1
             )
-            time.sleep(3)  # nothing comes back afterwards (a ghost would be re-written)
+            time.sleep(3)  # nothing comes back afterwards
             assert names(fcp, ns) == final
+            assert a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp)
             converged = doc_bytes(fcp, ns)
         finally:
             assert a.stop() == 0, a.tail()
@@ -387,3 +402,120 @@ def _seconds(stamp: str) -> float:
     import datetime as dt
 
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+EXEC_PLUGIN = r"""
+import datetime, json, os, subprocess, sys, time
+state = os.environ["PLUGIN_STATE"]
+n = len(open(state).read().splitlines()) + 1 if os.path.exists(state) else 1
+if n > 1:
+    open(state + ".running", "w").close()
+    time.sleep(float(os.environ["PLUGIN_DELAY"]))  # a slow plugin must not stall the annotator
+kubectl = [os.environ["KUBECTL"], "--kubeconfig=" + os.environ["ADMIN_KUBECONFIG"]]
+ns, sa = os.environ["SA_NAMESPACE"], os.environ["SA_NAME"]
+secret = f"{sa}-tok-{n}"
+subprocess.run(kubectl + ["create", "secret", "generic", secret, "-n", ns], check=True,
+               capture_output=True)
+token = subprocess.run(
+    kubectl + ["create", "token", sa, "-n", ns, "--duration=10m",
+               "--bound-object-kind=Secret", f"--bound-object-name={secret}"],
+    check=True, capture_output=True, text=True).stdout.strip()
+# Reported to expire 5 min + ROTATE s from now: the kubernetes library refreshes
+# 5 min before expiry, so the annotator asks again after ROTATE s.
+expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+    seconds=300 + float(os.environ["ROTATE"]))
+with open(state, "a") as f:
+    f.write(secret + "\n")
+if os.path.exists(state + ".running"):
+    os.remove(state + ".running")
+json.dump({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+           "status": {"token": token,
+                      "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}, sys.stdout)
+"""
+
+
+def test_exec_plugin_tokens_rotate_and_the_old_ones_are_revoked(
+    fcp: ControlPlane, fns: str, tmp_path: Path
+) -> None:
+    ns = fns
+    sa = "exec-annotator"
+    fcp.kubectl("create", "serviceaccount", sa, "-n", ns)
+    user = f"system:serviceaccount:{ns}:{sa}"
+    bind_rules(fcp.kubectl, user, f"{ns}-exec-annotator", shipped_rules())
+    grant_lease(fcp.kubectl, ns, user, "aibom-test")
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(EXEC_PLUGIN)
+    state = tmp_path / "issued.txt"
+    assert fcp.bin_dir is not None
+    env = {
+        "PLUGIN_STATE": str(state),
+        "PLUGIN_DELAY": "3",
+        "ROTATE": "8",
+        "KUBECTL": str(fcp.bin_dir / "kubectl"),
+        "ADMIN_KUBECONFIG": str(fcp.kubeconfig),
+        "SA_NAMESPACE": ns,
+        "SA_NAME": sa,
+    }
+    kubeconfig = tmp_path / "exec.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "cp",
+                        "cluster": {
+                            "server": fcp.server,
+                            "certificate-authority": str(fcp.ca_file),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "exec",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": sys.executable,
+                                "args": [str(plugin)],
+                                "env": [{"name": k, "value": v} for k, v in env.items()],
+                                "interactiveMode": "Never",
+                            }
+                        },
+                    }
+                ],
+                "contexts": [{"name": "exec", "context": {"cluster": "cp", "user": "exec"}}],
+                "current-context": "exec",
+            }
+        )
+    )
+
+    def issued() -> list[str]:
+        return state.read_text().split() if state.exists() else []
+
+    a = Annotator(kubeconfig, tmp_path, ns, identity="exec").start()
+    try:
+        a.wait_ready(90).wait_leading()
+        apply(fcp.kubectl, dcd(ns, "first"))
+        wait_for("a document", lambda: want("first") <= names(fcp, ns), 60)
+        for round_, root in ((2, "second"), (3, "third")):
+            # A refresh is running (the plugin sleeps 3 s): the loop still answers.
+            wait_for(
+                "the plugin running again", lambda: Path(f"{state}.running").exists(), 60, 0.05
+            )
+            for _ in range(5):
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{a.health_port}/healthz", timeout=1
+                ) as resp:
+                    assert resp.status == 200
+                time.sleep(0.2)
+            wait_for(f"token {round_}", lambda r=round_: len(issued()) >= r, 60)  # type: ignore[misc]
+            # Revoke every older token: only the newest one works from now on.
+            for old in issued()[:-1]:
+                fcp.kubectl("delete", "secret", "-n", ns, old, "--ignore-not-found")
+            apply(fcp.kubectl, dcd(ns, root))
+            wait_for(f"the {root} document", lambda r=root: want(r) <= names(fcp, ns), 60)  # type: ignore[misc]
+        assert a.leading()
+    finally:
+        assert a.stop() == 0, a.tail()
