@@ -13,7 +13,9 @@ byte, with what a fresh annotator writes from a cold start on the same state.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
+import ssl
 import sys
 import time
 import urllib.request
@@ -24,14 +26,16 @@ from typing import Any
 import pytest
 
 from annotator.configmap import unpack
-from tests.controlplane import ClientIdentity, ControlPlane, bind_rules
+from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, bind_rules
 from tests.integration.apiproxy import ApiProxy
 from tests.integration.test_annotator import (
     LABEL_KEY,
     MANAGED,
+    RBAC,
     Annotator,
     apply,
     dcd,
+    deployment,
     docs,
     document,
     grant_lease,
@@ -519,3 +523,164 @@ def test_exec_plugin_tokens_rotate_and_the_old_ones_are_revoked(
         assert a.leading()
     finally:
         assert a.stop() == 0, a.tail()
+
+
+POLICY = REPO_ROOT / "manifests" / "annotator" / "writes-policy.yaml"
+SA_USER = "system:serviceaccount:aibom-system:aibom-rollup-annotator"
+
+
+def sa_request(
+    cp: ControlPlane, token: str, method: str, path: str, body: Any = None, *, ctype: str = ""
+) -> tuple[int, dict[str, Any]]:
+    """One request as the annotator's ServiceAccount, with its own token."""
+    assert cp.ports is not None
+    ctx = ssl.create_default_context(cafile=str(cp.ca_file))
+    conn = http.client.HTTPSConnection("127.0.0.1", cp.ports.apiserver, context=ctx, timeout=30)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = ctype or "application/json"
+    try:
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, json.loads(raw) if raw else {}
+    finally:
+        conn.close()
+
+
+def test_the_shipped_rbac_and_policy_allow_the_annotators_work_and_nothing_else(
+    fcp: ControlPlane, fns: str, tmp_path: Path
+) -> None:
+    ns = fns
+    if not fcp.request("GET", "/api/v1/namespaces/aibom-system").ok:
+        fcp.kubectl("create", "namespace", "aibom-system")
+    # Exactly the manifests: the ServiceAccount, ClusterRole, Lease Role, bindings, policy.
+    fcp.kubectl("apply", "--server-side", "-f", str(RBAC))
+    fcp.kubectl("apply", "--server-side", "-f", str(POLICY))
+    token = fcp.kubectl(
+        "create", "token", "aibom-rollup-annotator", "-n", "aibom-system", "--duration=1h"
+    ).stdout.strip()
+    merge = "application/merge-patch+json"
+    stranger = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "not-an-aibom", "namespace": ns},
+        "data": {"k": "v"},
+    }
+    made = fcp.request("POST", f"/api/v1/namespaces/{ns}/configmaps", stranger)
+    assert made.status == 201, made.body
+    probe = f"/api/v1/namespaces/{ns}/configmaps/not-an-aibom?dryRun=All"
+    last: list[Any] = []
+
+    def policy_refuses() -> bool:
+        # A dry run: admission runs, nothing is deleted while the policy is not in force.
+        last[:] = sa_request(fcp, token, "DELETE", probe)
+        return bool(last[0] == 403)
+
+    # The policy is in force once the API server's informer has it.
+    wait_for("the policy in force", policy_refuses, 60)
+    assert "aibom-rollup-annotator-writes" in last[1]["message"], last
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "cp",
+                        "cluster": {
+                            "server": fcp.server,
+                            "certificate-authority": str(fcp.ca_file),
+                        },
+                    }
+                ],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "cp", "user": "sa"}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    # Its normal work: documents, a superseded one deleted, a forged stamp repaired.
+    apply(fcp.kubectl, statefulset(ns, "s", replicas=0))
+    forged = deployment(ns, "forged", replicas=0)
+    forged["metadata"]["annotations"] = {"aibom.dev/root": "Deployment/elsewhere", "team": "x"}
+    apply(fcp.kubectl, forged)
+    a = Annotator(
+        kubeconfig,
+        tmp_path,
+        ns,
+        identity="sa",
+        lease="aibom-rollup-annotator",
+        args=("--lease-namespace=aibom-system",),
+    ).start()
+    try:
+        a.wait_ready(90).wait_leading()
+        wait_for("the StatefulSet's document", lambda: "aibom-statefulset-s" in names(fcp, ns), 60)
+        group = apply(fcp.kubectl, lws(ns, "l"))
+        fcp.kubectl(
+            "patch",
+            "-n",
+            ns,
+            "statefulset/s",
+            "--type=merge",
+            "-p",
+            json.dumps({"metadata": {"ownerReferences": [owner_ref(group)]}}),
+        )
+        wait_for(
+            "the LWS document, the StatefulSet's deleted by the annotator",
+            lambda: (
+                names(fcp, ns) >= {"aibom-leaderworkerset-l", "aibom-deployment-forged"}
+                and "aibom-statefulset-s" not in names(fcp, ns)
+            ),
+            60,
+        )
+
+        def stamp() -> str | None:
+            obj = fcp.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/forged").json()
+            return str((obj["metadata"].get("annotations") or {}).get("aibom.dev/root"))
+
+        wait_for("the repaired stamp", lambda: stamp() == "Deployment/forged", 60)
+        assert a.metric("aibom_annotator_errors_total") == 0, a.tail()
+    finally:
+        assert a.stop() == 0, a.tail()
+    # Anything else, with the same token: refused by the policy (RBAC would allow it).
+    dep = f"/apis/apps/v1/namespaces/{ns}/deployments/forged"
+    refused = {
+        "a label": (dep, {"metadata": {"labels": {"aibom.dev/x": "y"}}}),
+        "another annotation": (dep, {"metadata": {"annotations": {"team": "y"}}}),
+        "removing another annotation": (dep, {"metadata": {"annotations": {"team": None}}}),
+        "the spec": (dep, {"spec": {"replicas": 3}}),
+        "a ConfigMap that is not an AIBOM": (
+            f"/api/v1/namespaces/{ns}/configmaps/not-an-aibom",
+            {"data": {"k": "changed"}},
+        ),
+    }
+    for what, (path, patch) in refused.items():
+        status, body = sa_request(fcp, token, "PATCH", path, patch, ctype=merge)
+        assert status == 403, (what, status, body)
+        assert "aibom-rollup-annotator-writes" in body.get("message", ""), (what, body)
+    status, body = sa_request(
+        fcp, token, "DELETE", f"/api/v1/namespaces/{ns}/configmaps/not-an-aibom"
+    )
+    assert status == 403 and "aibom-rollup-annotator-writes" in body["message"], body
+    status, body = sa_request(
+        fcp,
+        token,
+        "POST",
+        f"/api/v1/namespaces/{ns}/configmaps",
+        {**stranger, "metadata": {"name": "new", "namespace": ns}},
+    )
+    assert status == 403, body
+    # ...while its own kind of change still passes.
+    status, body = sa_request(
+        fcp,
+        token,
+        "PATCH",
+        dep,
+        {"metadata": {"annotations": {"aibom.dev/probe": "1"}}},
+        ctype=merge,
+    )
+    assert status == 200, body
