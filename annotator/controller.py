@@ -23,6 +23,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,10 @@ class Controller:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.metrics.watch_requests(lambda: dict(kube.requests))
+        self.metrics.watch_client(
+            lambda: dict(getattr(kube, "throttled", {})),
+            lambda: int(getattr(kube, "token_refreshes", 0)),
+        )
         self.state = ClusterState(
             settings.registry,
             max_depth=settings.max_depth,
@@ -132,6 +137,8 @@ class Controller:
         self.first_synced_at: float | None = None
         self.reconciles = 0
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
+        # The last verdict on each root (current-state gauges; the leader's view).
+        self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -152,6 +159,7 @@ class Controller:
                 self.full_resync()
         else:
             self._stop_workers()
+            self.verdicts.clear()
 
     def _start_workers(self) -> None:
         if self._workers:
@@ -392,7 +400,38 @@ class Controller:
                 self.metrics.cached_objects.labels(gk.group or "core", gk.kind).set(
                     counts.get(gk, 0)
                 )
+            self.refresh_gauges()
             await asyncio.sleep(2.0)
+
+    def refresh_gauges(self) -> None:
+        """Set the current-state gauges from the verdicts and the cache (docs/annotator.md)."""
+        m = self.metrics
+        roots: Counter[str] = Counter()
+        rolled: Counter[str] = Counter()
+        unresolved: Counter[tuple[str, str]] = Counter()
+        for key, (outcome, reason, owned) in self.verdicts.items():
+            roots[key.kind] += 1
+            rolled.update(owned)
+            if outcome is Outcome.ROLLUP_UNRESOLVED:
+                unresolved[key.kind, reason] += 1
+        encodings: Counter[str] = Counter()
+        enc_key = self.settings.labels.encoding
+        for cm in self.state.configmaps.values():
+            meta = cm.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            labels = meta.get("labels") or {}
+            encodings[str(ann.get(enc_key) or labels.get(enc_key) or "json")] += 1
+        for gauge, values in (
+            (m.roots, roots),
+            (m.rolled_up_objects, rolled),
+            (m.documents, encodings),
+        ):
+            gauge.clear()
+            for label, n in sorted(values.items()):
+                gauge.labels(label).set(n)
+        m.unresolved_roots.clear()
+        for (kind, reason), n in sorted(unresolved.items()):
+            m.unresolved_roots.labels(kind, reason).set(n)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -504,6 +543,10 @@ class Controller:
         if plan.write:
             await self._write(plan)
             result = "written"
+            if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
+                # One count per document version that records the root unresolved
+                # (the webhook: one per admission it stamps unresolved).
+                self.metrics.unresolved.labels(plan.key.kind, plan.failure.reason.value).inc()
         else:
             self.metrics.documents_unchanged.inc()
         # Only now, with the document that lists them written (or already
@@ -517,9 +560,13 @@ class Controller:
         self.metrics.outcomes.labels(kind, plan.outcome.value).inc()
         for owned in plan.owned:
             self.metrics.outcomes.labels(owned.kind, Outcome.ROLLED_UP.value).inc()
+        if plan.outcome in (Outcome.MATCHED, Outcome.ROLLUP_UNRESOLVED) and plan.cm_name:
+            reason = plan.failure.reason.value if plan.failure is not None else ""
+            self.verdicts[plan.key] = (plan.outcome, reason, tuple(o.kind for o in plan.owned))
+        else:
+            self.verdicts.pop(plan.key, None)
         if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
             failure = plan.failure
-            self.metrics.unresolved.labels(kind, failure.reason.value).inc()
             self._once(
                 ("unresolved", failure.group, failure.kind, failure.reason.value),
                 "owner walk failed; the workload is reported as its own root",

@@ -166,6 +166,10 @@ class ApiProxy:
         self._generation += 1
         try:
             return await self._forward(request, watch, generation)
+        except aiohttp.ClientConnectionError as exc:
+            # The API server is restarting: what a load balancer in front of it says.
+            self.counts["502"] += 1
+            return _status(502, "BadGateway", f"proxy: upstream unreachable: {exc}")
         finally:
             self._streams.discard(task)
 
