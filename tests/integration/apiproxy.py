@@ -12,6 +12,9 @@ The test can then, at any moment:
   Retry-After) to everything until restored: a network partition, a watch gap;
 - `freeze()`: stop relaying bytes on the streams open now (they stay open and
   silent: a half-open connection); new requests pass;
+- `blackhole(fragment)`: requests whose path contains `fragment` get no
+  answer at all (the client times out): e.g. a leader whose Lease renewals
+  hang while its other writes still go through;
 - `hold_continue(path)`: hold the next paged-list request of `path` that
   carries a `continue` token (`held` is set) until `release()`: the test
   changes the cluster in the middle of a paginated list.
@@ -50,6 +53,7 @@ class ApiProxy:
         self.lists_ok: Counter[str] = Counter()  # collection path -> 200 lists
         self._streams: set[asyncio.Task[Any]] = set()
         self._hold_path: str | None = None
+        self._blackhole: str | None = None
         self.held = threading.Event()
         self._released = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -76,6 +80,9 @@ class ApiProxy:
 
     def freeze(self) -> None:
         self.frozen_generation = self._generation
+
+    def blackhole(self, fragment: str | None) -> None:
+        self._blackhole = fragment
 
     def hold_continue(self, path: str) -> None:
         self._released.clear()
@@ -152,6 +159,9 @@ class ApiProxy:
             resp = _status(429, "TooManyRequests", "proxy: throttled (test)")
             resp.headers["Retry-After"] = str(self.retry_after)
             return resp
+        if self._blackhole is not None and self._blackhole in request.path:
+            self.counts["blackholed"] += 1
+            await asyncio.Event().wait()  # until the client gives up and disconnects
         if (
             self._hold_path is not None
             and request.path == self._hold_path

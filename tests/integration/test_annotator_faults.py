@@ -684,3 +684,85 @@ def test_the_shipped_rbac_and_policy_allow_the_annotators_work_and_nothing_else(
         ctype=merge,
     )
     assert status == 200, body
+
+
+def test_a_leader_whose_renewals_hang_stops_writing_at_the_renew_deadline(
+    fcp: ControlPlane, fns: str, tmp_path: Path
+) -> None:
+    # Today's leader checks its deadline only when a (hanging) renewal step
+    # ends, and writes for up to two request timeouts past it.
+    ns = fns
+    n = 40
+    part_id = identity(fcp, ns, "partitioned-leader")
+    standby_id = identity(fcp, ns, "healthy-standby")
+    with ApiProxy(fcp, part_id) as proxy:
+        leader = Annotator(
+            proxy.kubeconfig(tmp_path / "proxy.kubeconfig"),
+            tmp_path,
+            ns,
+            identity="partitioned",
+            args=("--write-qps=1", "--write-burst=1", "--stamp-repair=off"),
+        ).start()
+        standby: Annotator | None = None
+        try:
+            leader.wait_ready(90).wait_leading()
+            standby = Annotator(
+                standby_id.kubeconfig,
+                tmp_path,
+                ns,
+                identity="standby",
+                args=("--stamp-repair=off",),
+            ).start()
+            standby.wait_ready(90)
+            for i in range(n):
+                apply(fcp.kubectl, dcd(ns, f"r{i:02d}"))
+            wait_for("the leader writing", lambda: len(names(fcp, ns)) >= 3, 60, every=0.05)
+            # Its Lease requests hang from now on; its other requests still go through.
+            proxy.blackhole("/leases/")
+            standby.wait_leading(timeout=40)
+            wait_for("every document", lambda: len(names(fcp, ns)) == n, 120)
+        finally:
+            if standby is not None:
+                assert standby.stop() == 0, standby.tail()
+            leader.kill()
+    events = [
+        e
+        for e in audit_log(fcp)
+        if e.get("stage") == "ResponseComplete"
+        and e["user"]["username"] in ("partitioned-leader", "healthy-standby")
+        and e["objectRef"].get("namespace") == ns
+        and 200 <= int(e.get("responseStatus", {}).get("code", 0)) < 300
+    ]
+    events.sort(key=lambda e: e["stageTimestamp"])
+    renewals = [
+        e
+        for e in events
+        if e["objectRef"]["resource"] == "leases" and e["user"]["username"] == "partitioned-leader"
+    ]
+    writes = [
+        e
+        for e in events
+        if e["objectRef"]["resource"] == "configmaps"
+        and e["user"]["username"] == "partitioned-leader"
+    ]
+    last_renewal = _seconds(renewals[-1]["requestReceivedTimestamp"])
+    last_write = _seconds(writes[-1]["stageTimestamp"])
+    # The test is only worth something if the leader still had work at its deadline.
+    standby_writes = [
+        e
+        for e in events
+        if e["objectRef"]["resource"] == "configmaps" and e["user"]["username"] == "healthy-standby"
+    ]
+    assert len(standby_writes) >= 5, "the leader finished before its deadline: no test"
+    print(
+        f"partitioned leader's last write {last_write - last_renewal:.2f} s after its last renewal"
+    )
+    # Its deadline: 10 s after it *sent* that renewal (which the server received later).
+    assert last_write <= last_renewal + 10.0 + 0.5, last_write - last_renewal
+    # And the writers never overlap: the standby took over after the last of them.
+    takeover = next(
+        e
+        for e in events
+        if e["objectRef"]["resource"] == "leases" and e["user"]["username"] == "healthy-standby"
+    )
+    assert _seconds(takeover["stageTimestamp"]) > last_write
