@@ -149,7 +149,10 @@ class TokenSource:
         import datetime as _dt
 
         # The library refreshes 5 minutes before expiry (EXPIRY_SKEW_PREVENTION_DELAY).
-        left = (expiry - _dt.datetime.now(tz=_dt.UTC)).total_seconds() - 300
+        try:
+            left = (expiry - _dt.datetime.now(tz=_dt.UTC)).total_seconds() - 300
+        except TypeError:  # not an aware datetime: let the library judge, each second
+            left = 0.0
         return left <= 0 and now - self._checked >= 1.0
 
     def fetch(self, *, force: bool = False) -> str | None:
