@@ -25,7 +25,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,11 +48,43 @@ AGGREGATED_DISCOVERY = (
 
 
 class KubeError(Exception):
-    """A request failed in a way the caller must handle (connection, bad config)."""
+    """A request failed in a way the caller must handle (connection, bad config, HTTP status).
+
+    `status` is the HTTP status (or a watch ERROR event's `code`) when the
+    server answered, None for connection trouble; `retry_after` the seconds
+    the server asked us to wait (`Retry-After`, or a Status's
+    `details.retryAfterSeconds`). Callers decide by these, never by the text.
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def throttled(self) -> bool:
+        """429, or a 5xx that says when to come back: wait, then resume (not relist)."""
+        return self.status == 429 or (
+            self.status is not None and self.status >= 500 and self.retry_after is not None
+        )
 
 
 class WatchExpired(KubeError):
     """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """`Retry-After` in seconds (the API server sends an integer), None if absent or not one."""
+    raw = headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None  # an HTTP-date: the API server never sends one
+    return value if value >= 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +123,58 @@ class ApiResource:
         return base
 
 
+class TokenSource:
+    """The bearer token, as the `kubernetes` library's config loaders keep it fresh.
+
+    The library does the credential work we should not rewrite: kubeconfig
+    contexts, `token`/`tokenFile`, `exec` plugins (their `expirationTimestamp`),
+    the `oidc` auth-provider (refresh-token flow), and the in-cluster
+    projected token (re-read every minute). Its refresh is synchronous (an exec
+    plugin is a subprocess, OIDC an HTTP call), so `Kube` runs `fetch` in a
+    thread, one at a time, never on the event loop; `due()` (no I/O) says when.
+    """
+
+    def __init__(self, configuration: Any, loader: Any, *, check_every: float = 60.0) -> None:
+        self._cfg = configuration
+        self._loader = loader
+        self._check_every = check_every
+        self._checked = time.monotonic()
+
+    def due(self) -> bool:
+        """Time to ask the library again: a minute passed, or the known expiry is near."""
+        now = time.monotonic()
+        if now - self._checked >= self._check_every:
+            return True
+        expiry = getattr(self._loader, "expiry", None) if self._loader is not None else None
+        if expiry is None:
+            return False
+        import datetime as _dt
+
+        # The library refreshes 5 minutes before expiry (EXPIRY_SKEW_PREVENTION_DELAY).
+        try:
+            left = (expiry - _dt.datetime.now(tz=_dt.UTC)).total_seconds() - 300
+        except TypeError:  # not an aware datetime: let the library judge, each second
+            left = 0.0
+        return left <= 0 and now - self._checked >= 1.0
+
+    def fetch(self, *, force: bool = False) -> str | None:
+        """The current token (sync: call it in a thread). `force`: re-run the plugin / re-read
+        the file now (after a 401), whatever the expiry says."""
+        self._checked = time.monotonic()
+        if force and self._loader is not None:
+            self._loader.load_and_set(self._cfg)
+        return _bearer(self._cfg)
+
+
+def _bearer(cfg: Any) -> str | None:
+    auth = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    if not auth:
+        return None
+    return str(auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth)
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     server: str
@@ -101,41 +185,49 @@ class Credentials:
     token_file: str | None
     verify: bool
     tls_server_name: str | None = None
+    proxy: str | None = None
+    tokens: TokenSource | None = field(default=None, compare=False)
 
 
 def _load_credentials(kubeconfig: str | None, context: str | None) -> Credentials:
     """Read a kubeconfig (or the in-cluster config) with the kubernetes library. Sync."""
-    from kubernetes import client, config  # heavy; only at start-up
+    from kubernetes import client  # heavy; only at start-up
+    from kubernetes.config import incluster_config, kube_config
     from kubernetes.config.config_exception import ConfigException
 
     cfg = client.Configuration()
     token_file: str | None = None
+    loader: Any
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path or Path("~/.kube/config").expanduser().exists():
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, client_configuration=cfg, persist_config=False
+            loader = kube_config._get_kube_config_loader(  # type: ignore[no-untyped-call]
+                filename=path or "~/.kube/config", active_context=context, persist_config=False
             )
+            loader.load_and_set(cfg)
         else:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+            token_file = incluster_config.SERVICE_TOKEN_FILENAME
+            loader = incluster_config.InClusterConfigLoader(  # type: ignore[no-untyped-call]
+                token_filename=token_file,
+                cert_filename=incluster_config.SERVICE_CERT_FILENAME,
+                try_refresh_token=True,
+            )
+            loader.load_and_set(cfg)
     except ConfigException as exc:
         raise KubeError(f"cannot load Kubernetes configuration: {exc}") from None
     except OSError as exc:
         raise KubeError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    token = None
-    if auth:
-        token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
     return Credentials(
         server=str(cfg.host).rstrip("/"),
         ca_file=cfg.ssl_ca_cert,
         cert_file=cfg.cert_file,
         key_file=cfg.key_file,
-        token=token,
+        token=_bearer(cfg),
         token_file=token_file,
         verify=bool(cfg.verify_ssl),
-        tls_server_name=getattr(cfg, "tls_server_name", None),
+        tls_server_name=getattr(cfg, "tls_server_name", None) or None,
+        proxy=getattr(cfg, "proxy", None) or None,
+        tokens=TokenSource(cfg, loader),
     )
 
 
@@ -289,15 +381,28 @@ class Kube:
         pool_size: int = 64,
         request_timeout: float = 30.0,
         rediscover_after: float = 30.0,
+        max_retries: int = 0,
+        retry_after_cap: float = 30.0,
     ) -> None:
         self.creds = creds
+        self.max_retries = max_retries
+        self.retry_after_cap = retry_after_cap
+        self.throttled: Counter[str] = Counter()  # verb -> retries after 429/Retry-After
         self.server = creds.server
         self._ssl = _ssl_context(creds)
         self._pool_size = pool_size
         self._timeout = request_timeout
         self._session: aiohttp.ClientSession | None = None
+        # kubeconfig `tls-server-name` (SNI and the name the certificate must
+        # carry) and `proxy-url`; without proxy-url, HTTPS_PROXY/NO_PROXY apply.
+        self._conn_opts: dict[str, Any] = {}
+        if creds.tls_server_name:
+            self._conn_opts["server_hostname"] = creds.tls_server_name
+        if creds.proxy:
+            self._conn_opts["proxy"] = creds.proxy
         self._token = creds.token
-        self._token_read_at = 0.0
+        self._token_lock = asyncio.Lock()
+        self.token_refreshes = 0
         self.discovery = Discovery(self, rediscover_after=rediscover_after)
         self.requests: Counter[str] = Counter()  # verb -> count, for metrics and benchmarks
 
@@ -333,6 +438,7 @@ class Kube:
                 connector=connector,
                 headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
                 json_serialize=json.dumps,
+                trust_env=not self.creds.proxy,
             )
 
     async def close(self) -> None:
@@ -342,20 +448,31 @@ class Kube:
 
     def _headers(self, content_type: str | None, accept: str | None = None) -> dict[str, str]:
         headers: dict[str, str] = {"Accept": accept} if accept else {}
-        token = self._current_token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
         if content_type:
             headers["Content-Type"] = content_type
         return headers
 
-    def _current_token(self) -> str | None:
-        # Bound service-account tokens rotate: re-read the projected file each minute.
-        if self.creds.token_file and time.monotonic() - self._token_read_at > 60:
-            with contextlib.suppress(OSError):
-                self._token = Path(self.creds.token_file).read_text().strip()
-            self._token_read_at = time.monotonic()
-        return self._token
+    async def _fresh_token(self, *, force: bool = False) -> None:
+        """Refresh the token through the library when due (or forced), off the event loop."""
+        tokens = self.creds.tokens
+        if tokens is None or not (force or tokens.due()):
+            return
+        async with self._token_lock:
+            if not force and not tokens.due():
+                return  # another task refreshed it meanwhile
+            try:
+                token = await asyncio.to_thread(tokens.fetch, force=force)
+            except Exception as exc:  # the library raises many kinds; keep the old token
+                log.warning(
+                    "could not refresh the API credentials", extra={"error": str(exc)[:300]}
+                )
+                return
+            if token and token != self._token:
+                self.token_refreshes += 1
+                log.info("API credentials refreshed", extra={"refreshes": self.token_refreshes})
+            self._token = token or self._token
 
     def _require(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -374,12 +491,68 @@ class Kube:
         accept: str | None = None,
         timeout: float | None = None,
     ) -> KubeResponse:
-        """One API request; HTTP errors are responses, connection problems KubeError."""
-        session = self._require()
+        """One API request; HTTP errors are responses, connection problems KubeError.
+
+        With `max_retries` > 0 (the annotator's client), a 429 or 5xx that
+        carries `Retry-After` is retried after that many seconds (capped at
+        `retry_after_cap`), as client-go's rest client does, while the whole
+        exchange still fits in `timeout`; otherwise the response is returned.
+        """
         body: bytes | str | None = data
         if json is not None:
             body = _dumps(json)
             content_type = content_type or "application/json"
+        budget = timeout or self._timeout
+        deadline = time.monotonic() + budget
+        attempt = 0
+        reauthenticated = False
+        await self._fresh_token()
+        while True:
+            resp = await self._request_once(
+                method,
+                path,
+                params=params,
+                body=body,
+                content_type=content_type,
+                accept=accept,
+                timeout=max(0.001, deadline - time.monotonic()),
+            )
+            if resp.status == 401 and not reauthenticated and self.creds.tokens is not None:
+                # The token expired or was revoked before we knew: get a new
+                # one (re-run the exec plugin) and try once more, as client-go.
+                reauthenticated = True
+                await self._fresh_token(force=True)
+                continue
+            wait = retry_after(resp.headers)
+            if (
+                attempt >= self.max_retries
+                or wait is None
+                or not (resp.status == 429 or resp.status >= 500)
+            ):
+                return resp
+            wait = min(wait, self.retry_after_cap)
+            if time.monotonic() + wait >= deadline:
+                return resp
+            self.throttled[method] += 1
+            attempt += 1
+            log.debug(
+                "API server asked us to retry later",
+                extra={"method": method, "path": path, "status": resp.status, "retry_in_s": wait},
+            )
+            await asyncio.sleep(wait)
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: bytes | str | None,
+        content_type: str | None,
+        accept: str | None,
+        timeout: float,
+    ) -> KubeResponse:
+        session = self._require()
         self.requests[method] += 1
         try:
             async with session.request(
@@ -388,7 +561,8 @@ class Kube:
                 params=params,
                 data=body,
                 headers=self._headers(content_type, accept),
-                timeout=aiohttp.ClientTimeout(total=timeout or self._timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                **self._conn_opts,
             ) as resp:
                 raw = await resp.read()
                 ctype = resp.headers.get("Content-Type", "")
@@ -441,18 +615,26 @@ class Kube:
         session = self._require()
         query = {"watch": "1", **(params or {})}
         self.requests["WATCH"] += 1
+        await self._fresh_token()
         try:
             async with session.get(
                 self.server + path,
                 params=query,
                 headers=self._headers(None),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+                **self._conn_opts,
             ) as resp:
+                if resp.status == 401 and self.creds.tokens is not None:
+                    await self._fresh_token(force=True)
                 if resp.status == 410:
-                    raise WatchExpired(f"watch {path}: 410 Gone")
+                    raise WatchExpired(f"watch {path}: 410 Gone", status=410)
                 if resp.status != 200:
                     text = (await resp.read()).decode("utf-8", "replace")[:300]
-                    raise KubeError(f"watch {path}: HTTP {resp.status}: {text}")
+                    raise KubeError(
+                        f"watch {path}: HTTP {resp.status}: {text}",
+                        status=resp.status,
+                        retry_after=retry_after(resp.headers),
+                    )
                 buf = b""
                 async for chunk in resp.content.iter_chunked(WATCH_CHUNK):
                     buf += chunk
@@ -506,9 +688,16 @@ def _raise_on_error_event(path: str, event: Any) -> None:
     if not isinstance(event, dict) or event.get("type") != "ERROR":
         return
     status = event.get("object") or {}
-    if status.get("code") == 410:
-        raise WatchExpired(f"watch {path}: {status.get('message', '410 Gone')}")
-    raise KubeError(f"watch {path}: {status.get('message', status)}")
+    code = status.get("code") if isinstance(status.get("code"), int) else None
+    if code == 410:
+        raise WatchExpired(f"watch {path}: {status.get('message', '410 Gone')}", status=410)
+    details = status.get("details")
+    wait = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    raise KubeError(
+        f"watch {path}: {status.get('message', status)}",
+        status=code,
+        retry_after=float(wait) if isinstance(wait, int | float) else None,
+    )
 
 
 def _dumps(obj: Any) -> str:

@@ -23,6 +23,7 @@ import contextlib
 import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,7 @@ class Settings:
     size_limit: int = MAX_DATA_BYTES
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
+    watch_idle_timeout: float = 90.0
 
     @property
     def generator(self) -> str:
@@ -94,6 +96,10 @@ class Controller:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.metrics.watch_requests(lambda: dict(kube.requests))
+        self.metrics.watch_client(
+            lambda: dict(getattr(kube, "throttled", {})),
+            lambda: int(getattr(kube, "token_refreshes", 0)),
+        )
         self.state = ClusterState(
             settings.registry,
             max_depth=settings.max_depth,
@@ -125,11 +131,14 @@ class Controller:
             bucket=TokenBucket(settings.write_qps, settings.write_burst),
             stamp_bucket=TokenBucket(settings.stamp_qps, settings.stamp_burst),
             identity=self.identity,
+            lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
         self.first_synced_at: float | None = None
         self.reconciles = 0
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
+        # The last verdict on each root (current-state gauges; the leader's view).
+        self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -137,7 +146,9 @@ class Controller:
     # -- leadership -------------------------------------------------------------
 
     def is_leader(self) -> bool:
-        return self._leading
+        # Fenced: the elector's answer is read now, against its renew
+        # deadline, not the last value it told us (annotator.leader).
+        return self._leading and (self.elector is None or self.elector.is_leader)
 
     def _leadership(self, leading: bool) -> None:
         self._leading = leading
@@ -148,6 +159,7 @@ class Controller:
                 self.full_resync()
         else:
             self._stop_workers()
+            self.verdicts.clear()
 
     def _start_workers(self) -> None:
         if self._workers:
@@ -362,6 +374,7 @@ class Controller:
             watch_timeout=self.settings.watch_timeout,
             forbidden_retry=self.settings.forbidden_retry,
             sync_timeout=self.settings.sync_timeout,
+            idle_timeout=self.settings.watch_idle_timeout,
         )
         self.informers[gk] = informer
         self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")
@@ -387,7 +400,38 @@ class Controller:
                 self.metrics.cached_objects.labels(gk.group or "core", gk.kind).set(
                     counts.get(gk, 0)
                 )
+            self.refresh_gauges()
             await asyncio.sleep(2.0)
+
+    def refresh_gauges(self) -> None:
+        """Set the current-state gauges from the verdicts and the cache (docs/annotator.md)."""
+        m = self.metrics
+        roots: Counter[str] = Counter()
+        rolled: Counter[str] = Counter()
+        unresolved: Counter[tuple[str, str]] = Counter()
+        for key, (outcome, reason, owned) in self.verdicts.items():
+            roots[key.kind] += 1
+            rolled.update(owned)
+            if outcome is Outcome.ROLLUP_UNRESOLVED:
+                unresolved[key.kind, reason] += 1
+        encodings: Counter[str] = Counter()
+        enc_key = self.settings.labels.encoding
+        for cm in self.state.configmaps.values():
+            meta = cm.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            labels = meta.get("labels") or {}
+            encodings[str(ann.get(enc_key) or labels.get(enc_key) or "json")] += 1
+        for gauge, values in (
+            (m.roots, roots),
+            (m.rolled_up_objects, rolled),
+            (m.documents, encodings),
+        ):
+            gauge.clear()
+            for label, n in sorted(values.items()):
+                gauge.labels(label).set(n)
+        m.unresolved_roots.clear()
+        for (kind, reason), n in sorted(unresolved.items()):
+            m.unresolved_roots.labels(kind, reason).set(n)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -499,6 +543,10 @@ class Controller:
         if plan.write:
             await self._write(plan)
             result = "written"
+            if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
+                # One count per document version that records the root unresolved
+                # (the webhook: one per admission it stamps unresolved).
+                self.metrics.unresolved.labels(plan.key.kind, plan.failure.reason.value).inc()
         else:
             self.metrics.documents_unchanged.inc()
         # Only now, with the document that lists them written (or already
@@ -512,9 +560,13 @@ class Controller:
         self.metrics.outcomes.labels(kind, plan.outcome.value).inc()
         for owned in plan.owned:
             self.metrics.outcomes.labels(owned.kind, Outcome.ROLLED_UP.value).inc()
+        if plan.outcome in (Outcome.MATCHED, Outcome.ROLLUP_UNRESOLVED) and plan.cm_name:
+            reason = plan.failure.reason.value if plan.failure is not None else ""
+            self.verdicts[plan.key] = (plan.outcome, reason, tuple(o.kind for o in plan.owned))
+        else:
+            self.verdicts.pop(plan.key, None)
         if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
             failure = plan.failure
-            self.metrics.unresolved.labels(kind, failure.reason.value).inc()
             self._once(
                 ("unresolved", failure.group, failure.kind, failure.reason.value),
                 "owner walk failed; the workload is reported as its own root",

@@ -10,7 +10,16 @@
   fresh even when the kind is quiet. A watch the server ends normally
   (`timeoutSeconds`) is resumed from the last resourceVersion; `410 Gone`
   (too old: history is about 5 minutes) means a relist.
-- Errors back off exponentially (with jitter, capped); a kind the API
+- Errors are told apart by HTTP status, never by message text: `410`
+  relists; `429`, or a 5xx with `Retry-After`, waits as long as the server
+  asked (capped) and resumes the watch from the last resourceVersion (a
+  throttled list page is asked for again with the same continue token);
+  other 5xx and connection errors back off exponentially (jitter from an
+  injected source, capped) and resume likewise; `401/403/404` on a watch
+  relist (the list says which). A 410 on a `continue` restarts the list and
+  forgets the keys the aborted pass saw. A watch silent for `idle_timeout`
+  (no event, no bookmark: a half-open connection) is restarted from the
+  last resourceVersion. A kind the API
   server does not serve (404) ends the informer, the supervisor restarts it
   when discovery sees the kind again; a kind we may not list (403) is
   reported and retried slowly, so RBAC granted later is picked up.
@@ -28,13 +37,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj, metadata
-from aibom_rollup.kube import ApiResource, Kube, KubeError, WatchExpired
+from aibom_rollup.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
 
 log = logging.getLogger("annotator.informer")
 
@@ -70,6 +79,10 @@ class _NoMatch(Exception):
     pass
 
 
+class _Idle(Exception):
+    pass
+
+
 class Informer:
     def __init__(
         self,
@@ -86,7 +99,10 @@ class Informer:
         backoff_cap: float = 30.0,
         forbidden_retry: float = 30.0,
         sync_timeout: float = 30.0,
+        idle_timeout: float = 90.0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.kube = kube
         self.resource = resource
@@ -106,7 +122,11 @@ class Informer:
         self.relists = 0
         self._failures = 0
         self.sync_timeout = sync_timeout
+        self.idle_timeout = idle_timeout
         self._clock = clock
+        self._sleep = sleep
+        self._rand = rand
+        self.waits: list[float] = []  # backoff delays taken (tests, logs)
         self.started_at = clock()
 
     @property
@@ -161,29 +181,57 @@ class Informer:
                 except _Forbidden as exc:
                     need_list = True
                     self._set(InformerState.FORBIDDEN, str(exc))
-                    await asyncio.sleep(self.forbidden_retry)
+                    await self._sleep(self.forbidden_retry)
                 except _NoMatch as exc:
                     self._set(InformerState.NO_MATCH, str(exc))
                     return
-                except (KubeError, TimeoutError, ValueError) as exc:
-                    # A 4xx on the watch (RBAC or CRD changed under us):
-                    # the list tells which; anything else: resume the watch.
-                    need_list = need_list or "HTTP 4" in str(exc)
+                except _Idle as exc:
+                    # A stream that went silent (no event, no bookmark): a
+                    # half-open connection. Resume from where we were.
+                    self._restarted("idle")
+                    await self._backoff(str(exc))
+                except KubeError as exc:
+                    # Decided by the status, never by the text: 401/403/404 on
+                    # a watch mean RBAC or the CRD changed under us, and the
+                    # list tells which; 429 and 5xx (with or without
+                    # Retry-After) and connection trouble resume the watch
+                    # from the last resourceVersion after a backoff.
+                    if exc.status in (401, 403, 404):
+                        need_list = True
+                    self._restarted("throttled" if exc.throttled else "error")
+                    await self._backoff(str(exc) or type(exc).__name__, exc.retry_after)
+                except (TimeoutError, ValueError) as exc:
                     self._restarted("error")
                     await self._backoff(str(exc) or type(exc).__name__)
         finally:
             if self.state is not InformerState.NO_MATCH:  # keep saying why it ended
                 self._set(InformerState.STOPPED)
 
-    async def _backoff(self, error: str) -> None:
-        self._set(InformerState.BACKOFF, error)
-        delay = min(self.backoff_cap, self.backoff_base * 2**self._failures)
+    def backoff_delay(self, retry_after: float | None = None) -> float:
+        """The next wait: the server's Retry-After if it sent one, else exponential with
+        jitter (0.8-1.2, from the injected `rand`); both capped at `backoff_cap`."""
+        if retry_after is not None:
+            delay = min(self.backoff_cap, retry_after)
+        else:
+            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(self._failures, 30))
+            delay *= 0.8 + 0.4 * self._rand()
         self._failures += 1
+        return delay
+
+    async def _backoff(self, error: str, retry_after: float | None = None) -> None:
+        self._set(InformerState.BACKOFF, error)
+        delay = self.backoff_delay(retry_after)
+        self.waits.append(delay)
         log.warning(
             "list/watch failed; retrying",
-            extra={"kind": str(self.gk), "error": error[:300], "retry_in_s": round(delay, 2)},
+            extra={
+                "kind": str(self.gk),
+                "error": error[:300],
+                "retry_in_s": round(delay, 2),
+                "retry_after": retry_after,
+            },
         )
-        await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+        await self._sleep(delay)
 
     def _restarted(self, reason: str) -> None:
         self.sink.restarted(self.gk, reason)
@@ -209,15 +257,31 @@ class Informer:
         while True:
             resp = await self.kube.request("GET", path, params=params, timeout=120)
             if resp.status == 410 and "continue" in params:
-                # The continue token expired mid-list: start over.
+                # The continue token expired mid-list: start over, and forget
+                # what the aborted pass saw (an object it listed may have been
+                # deleted since; keeping its key would keep a ghost).
                 params.pop("continue")
+                seen = set()
+                self._restarted("continue_expired")
                 continue
             if resp.status in (401, 403):
                 raise _Forbidden(f"list {path}: {resp.status} {_message(resp.body)}")
             if resp.status == 404:
                 raise _NoMatch(f"list {path}: 404 {_message(resp.body)}")
+            if resp.status == 429 or (resp.status >= 500 and retry_after(resp.headers) is not None):
+                # Throttled: wait as told and ask for the same page again (the
+                # continue token stays valid for minutes; if not, 410 above).
+                self._restarted("throttled")
+                await self._backoff(
+                    f"list {path}: HTTP {resp.status} {_message(resp.body)}",
+                    retry_after(resp.headers),
+                )
+                self._set(InformerState.LISTING)
+                continue
             if not resp.ok or not isinstance(resp.body, dict):
-                raise KubeError(f"list {path}: HTTP {resp.status} {_message(resp.body)}")
+                raise KubeError(
+                    f"list {path}: HTTP {resp.status} {_message(resp.body)}", status=resp.status
+                )
             body = resp.body
             items = body.get("items") or []
             for item in items:
@@ -232,6 +296,7 @@ class Informer:
             params["continue"] = str(token)
             del body, items
             await asyncio.sleep(0)  # a turn for the loop between pages
+        self._failures = 0
         self.sink.relisted(self.gk, seen)
         return rv
 
@@ -243,13 +308,17 @@ class Informer:
             "timeoutSeconds": str(self.watch_timeout),
         }
         stream = self.kube.watch(self.resource.path(), params)
-        # The server ends the watch after timeoutSeconds; a silent peer
-        # (a half-open connection) must not hold us longer than that.
-        idle = self.watch_timeout + 30
+        # The server ends the watch after timeoutSeconds and sends a bookmark
+        # about once a minute meanwhile: a stream silent for `idle_timeout`
+        # is a half-open connection or a stuck server, not a quiet kind.
+        idle = min(self.idle_timeout, self.watch_timeout + 30)
         try:
             while True:
-                async with asyncio.timeout(idle):
-                    event = await anext(stream, None)
+                try:
+                    async with asyncio.timeout(idle):
+                        event = await anext(stream, None)
+                except TimeoutError:
+                    raise _Idle(f"watch {self.resource.path()}: no data for {idle:g} s") from None
                 if event is None:
                     return
                 self._failures = 0

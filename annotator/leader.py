@@ -2,19 +2,36 @@
 
 Every `retry_period` it reads the Lease and writes what `lease.decide`
 says (take it, renew it) or waits. Leadership starts when a write
-succeeds; it ends when renewing has failed for `renew_deadline`, when
-someone else holds the Lease, or on `release()` (graceful shutdown, which
-hands the Lease over at once). `on_change(True/False)` tells the controller
-to start or stop its writers; it is called before `is_leader` is read by
-anyone who writes after it.
+succeeds; it ends when someone else holds the Lease, on `release()`
+(graceful shutdown, which hands the Lease over at once), or at the renew
+deadline: `renew_deadline` seconds (monotonic clock) after the *start* of
+the last successful write of the Lease.
+
+Fencing. The deadline is not checked "between steps": `is_leader` compares
+the monotonic clock with the deadline every time it is read, so a write
+gated on it (`annotator.writer`) is refused the instant the deadline
+passes, even while a renewal hangs on a dead connection; `remaining()`
+bounds the timeout of a write that starts just before the deadline, so no
+write of ours is still in flight after it; and a watchdog task calls
+`on_change(False)` at the deadline (the controller stops its workers) without
+waiting for the hung step to end. Why this is safe: a standby takes the Lease
+only after it has seen the same record unchanged for `lease_duration` on its
+own clock, and it cannot have seen our last renewal before we sent it, so it
+can start no earlier than `start + lease_duration` > `start +
+renew_deadline` (15 s > 10 s by default: 5 s of margin for clock-rate
+differences and request latency). That is stricter than client-go, whose
+leader may keep going until `retry_period` + `renew_deadline` after its last
+renewal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aibom_rollup.kube import Kube, KubeError
@@ -40,25 +57,43 @@ class LeaderElector:
         on_change: Callable[[bool], None],
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.kube = kube
         self.config = config
         self.on_change = on_change
         self._clock = clock
         self._wall = wall
-        self.is_leader = False
+        self._sleep = sleep
+        self._leading = False
+        self._valid_until = -math.inf
         self._obs: Observation | None = None
-        self._renewed_at = 0.0
         self._path = (
             f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases/{config.name}"
         )
         self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
         self.holder = ""
+        self.renewals = 0
+        self.transitions: list[tuple[float, bool, str]] = []  # (clock, leading, why)
+
+    # -- the fence -------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while we hold the Lease AND the renew deadline has not passed (now)."""
+        return self._leading and self._clock() < self._valid_until
+
+    def remaining(self) -> float:
+        """Seconds of leadership left (0 when not leading): the longest a write may take."""
+        if not self._leading:
+            return 0.0
+        return max(0.0, self._valid_until - self._clock())
 
     def _set(self, leading: bool, why: str) -> None:
-        if leading == self.is_leader:
+        if leading == self._leading:
             return
-        self.is_leader = leading
+        self._leading = leading
+        self.transitions.append((self._clock(), leading, why))
         log.info(
             "started leading" if leading else "stopped leading",
             extra={"identity": self.config.identity, "lease": self._path, "why": why},
@@ -66,11 +101,32 @@ class LeaderElector:
         self.on_change(leading)
 
     def _check_deadline(self) -> None:
-        if self.is_leader and self._clock() - self._renewed_at > self.config.renew_deadline:
-            self._set(False, f"could not renew for {self.config.renew_deadline:.0f} s")
+        if self._leading and self._clock() >= self._valid_until:
+            self._set(False, f"could not renew for {self.config.renew_deadline:g} s")
+
+    async def _watchdog(self) -> None:
+        """Tell the controller at the deadline, even while a renewal is still hanging."""
+        while True:
+            if self._leading:
+                left = self._valid_until - self._clock()
+                if left <= 0:
+                    self._check_deadline()
+                    continue
+                await self._sleep(min(left, self.config.retry_period))
+            else:
+                await self._sleep(self.config.retry_period)
+
+    # -- one round -------------------------------------------------------------------
+
+    def _timeout(self) -> float:
+        """A Lease request's timeout: never past our own deadline while we lead."""
+        timeout = self.config.retry_period * 2
+        if self._leading:
+            timeout = min(timeout, self.remaining())
+        return max(timeout, 0.001)
 
     async def _read(self) -> Any:
-        resp = await self.kube.request("GET", self._path, timeout=self.config.retry_period * 2)
+        resp = await self.kube.request("GET", self._path, timeout=self._timeout())
         if resp.status == 404:
             return None
         if not resp.ok:
@@ -79,6 +135,7 @@ class LeaderElector:
 
     async def step(self) -> None:
         """One round: read, decide, write. Never raises for API trouble."""
+        started = self._clock()
         try:
             lease = await self._read()
             self._obs = observe(self._obs, lease, now=self._clock())
@@ -91,20 +148,21 @@ class LeaderElector:
                 return
             if decision.create:
                 resp = await self.kube.request(
-                    "POST",
-                    self._collection,
-                    json=decision.body,
-                    timeout=self.config.retry_period * 2,
+                    "POST", self._collection, json=decision.body, timeout=self._timeout()
                 )
             else:
                 resp = await self.kube.request(
-                    "PUT", self._path, json=decision.body, timeout=self.config.retry_period * 2
+                    "PUT", self._path, json=decision.body, timeout=self._timeout()
                 )
             if resp.ok and isinstance(resp.body, dict):
                 self._obs = observe(self._obs, resp.body, now=self._clock())
-                self._renewed_at = self._clock()
+                # Measured from before the read: the server stored our renewal
+                # no earlier than that, so a standby's wait starts no earlier.
+                self._valid_until = started + self.config.renew_deadline
+                self.renewals += 1
                 self.holder = self.config.identity
-                self._set(True, "acquired the Lease" if decision.acquiring else "renewed")
+                if self._clock() < self._valid_until:
+                    self._set(True, "acquired the Lease" if decision.acquiring else "renewed")
             elif resp.status == 409:
                 log.debug("lease write conflict", extra={"lease": self._path})
             else:
@@ -117,19 +175,29 @@ class LeaderElector:
                     },
                 )
         except (KubeError, TimeoutError) as exc:
-            log.warning("lease read/write failed", extra={"lease": self._path, "error": str(exc)})
+            log.warning(
+                "lease read/write failed",
+                extra={"lease": self._path, "error": str(exc) or type(exc).__name__},
+            )
         finally:
             self._check_deadline()
 
     async def run(self) -> None:
-        while True:
-            await self.step()
-            await asyncio.sleep(self.config.retry_period)
+        watchdog = asyncio.create_task(self._watchdog(), name="lease-watchdog")
+        try:
+            while True:
+                await self.step()
+                await self._sleep(self.config.retry_period)
+        finally:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
 
     async def release(self) -> None:
         """Give the Lease up (graceful shutdown); the writers must be stopped first."""
-        was = self.is_leader
+        was = self._leading
         self._set(False, "shutting down")
+        self._valid_until = -math.inf
         if not was or self._obs is None:
             return
         body = release_body(self._obs, config=self.config, wall=micro_time(self._wall()))

@@ -220,6 +220,24 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="server-side watch timeout before a resume (default: 300)",
     )
+    work.add_argument(
+        "--watch-idle-timeout",
+        type=pos_float,
+        default=90.0,
+        metavar="S",
+        help="a watch that sends nothing (no event, no bookmark) for this long is taken "
+        "for a dead connection and restarted from its last resourceVersion; the API "
+        "server sends a bookmark about once a minute (default: 90)",
+    )
+    work.add_argument(
+        "--api-retries",
+        type=int,
+        default=10,
+        metavar="N",
+        help="times a request answered 429 (or 5xx) with Retry-After is retried after "
+        "the time the server asked for, within the request's timeout (default: 10, as "
+        "client-go; 0: never)",
+    )
 
     ops = p.add_argument_group("operations")
     ops.add_argument(
@@ -282,7 +300,10 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         stamp_burst=args.stamp_burst,
         size_limit=args.max_document_bytes,
         sync_timeout=args.sync_timeout,
+        watch_idle_timeout=args.watch_idle_timeout,
     )
+    if args.api_retries < 0:
+        raise UsageError(f"--api-retries must be >= 0, got {args.api_retries}")
     election = None
     if args.leader_elect:
         try:
@@ -316,7 +337,9 @@ async def _main(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     metrics = Metrics()
-    async with Kube.from_kubeconfig(args.kubeconfig, context=args.context) as kube:
+    async with Kube.from_kubeconfig(
+        args.kubeconfig, context=args.context, max_retries=args.api_retries
+    ) as kube:
         controller = Controller(kube, settings, election=election, metrics=metrics)
         probes = Probes(
             metrics=metrics,

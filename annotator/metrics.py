@@ -35,6 +35,27 @@ class _RequestCounter(Collector):
         return [family]
 
 
+class _ClientCounters(Collector):
+    def __init__(self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]):
+        self._throttled = throttled
+        self._refreshes = refreshes
+
+    def collect(self) -> list[Metric]:
+        retries = CounterMetricFamily(
+            "aibom_annotator_api_throttled_retries",
+            "Requests retried after a 429 (or a 5xx with Retry-After), by HTTP verb.",
+            labels=["verb"],
+        )
+        for verb, count in sorted(self._throttled().items()):
+            retries.add_metric([verb], count)
+        refreshed = CounterMetricFamily(
+            "aibom_annotator_credential_refreshes",
+            "Times the API token changed on refresh (exec plugin, OIDC, projected token file).",
+        )
+        refreshed.add_metric([], self._refreshes())
+        return [retries, refreshed]
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -47,10 +68,40 @@ class Metrics:
         )
         self.unresolved = Counter(
             "aibom_rollup_unresolved",
-            "Roots reported as their own root because a hop of their walk failed.",
+            "Object versions recorded as unresolved (a hop of the walk failed), by the "
+            "walked object's kind and the hop's reason: the annotator counts each document "
+            "version it writes for an unresolved root (the webhook: each admission it "
+            "stamps unresolved).",
             ["kind", "reason"],
             registry=r,
         )
+        # Current state (gauges), from the leader's last reconcile of each root;
+        # 0 on a standby (it reconciles nothing).
+        self.roots = Gauge(
+            "aibom_annotator_roots",
+            "Roots with a document in opted-in namespaces (matched or unresolved), by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.rolled_up_objects = Gauge(
+            "aibom_annotator_rolled_up_objects",
+            "Tracked workloads rolled up into another root's document, by their kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.unresolved_roots = Gauge(
+            "aibom_annotator_unresolved_roots",
+            "Roots whose walk is unresolved now, by kind and the failing hop's reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.documents = Gauge(
+            "aibom_annotator_documents",
+            "AIBOM ConfigMaps in the cache (all namespaces), by encoding (json, gzip, truncated).",
+            ["encoding"],
+            registry=r,
+        )
+
         self.reconcile_duration = Histogram(
             "aibom_annotator_reconcile_duration_seconds",
             "Time to reconcile one key, by queue and result.",
@@ -78,7 +129,9 @@ class Metrics:
         )
         self.watch_restarts = Counter(
             "aibom_annotator_watch_restarts",
-            "Watches restarted, by kind and why (expired: 410 Gone relist; error; closed).",
+            "Watches restarted, by kind and why (expired: 410 Gone relist; continue_expired: a "
+            "paged list restarted; throttled: 429 or 5xx with Retry-After; idle: a silent "
+            "stream; error; closed).",
             ["group", "kind", "reason"],
             registry=r,
         )
@@ -136,3 +189,9 @@ class Metrics:
 
     def watch_requests(self, source: Callable[[], dict[str, int]]) -> None:
         self.registry.register(_RequestCounter(source))
+
+    def watch_client(
+        self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]
+    ) -> None:
+        """The client's own counters: retries after 429/Retry-After, token refreshes."""
+        self.registry.register(_ClientCounters(throttled, refreshes))

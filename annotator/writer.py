@@ -10,9 +10,12 @@
 - Events (`events.k8s.io/v1`) on a root when its document had to be cut.
 
 A replica that is not the leader never writes: every call checks first
-(`NotLeader`). Writes share one token bucket (client-go's client-side
-limiter), stamp repairs have their own, smaller one: a cluster full of
-unstamped objects is repaired steadily, never in a storm.
+(`NotLeader`), again after waiting for a rate-limit token, and the request's
+timeout is capped by the leadership left (`lease_left`, from the elector's
+renew deadline), so no write is still in flight once the deadline passes.
+Writes share one token bucket (client-go's client-side limiter), stamp
+repairs have their own, smaller one: a cluster full of unstamped objects is
+repaired steadily, never in a storm.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class Writer:
         stamp_bucket: TokenBucket,
         identity: str,
         field_manager: str = FIELD_MANAGER,
+        lease_left: Callable[[], float] | None = None,
+        request_timeout: float = 30.0,
     ) -> None:
         self.kube = kube
         self.is_leader = is_leader
@@ -70,18 +75,32 @@ class Writer:
         self.stamp_bucket = stamp_bucket
         self.identity = identity
         self.field_manager = field_manager
+        self.lease_left = lease_left
+        self.request_timeout = request_timeout
 
-    async def _gate(self, bucket: TokenBucket) -> None:
+    async def _gate(self, bucket: TokenBucket) -> float:
+        """Wait for a token while leading; the timeout the write may use (fenced)."""
         if not self.is_leader():
             raise NotLeader()
         await bucket.acquire()
-        # Leadership may have ended while we waited for a token.
+        return self._fenced_timeout()
+
+    def _fenced_timeout(self) -> float:
+        # Leadership may have ended while we waited for a token, and it ends
+        # at a deadline: the request must be over by then.
         if not self.is_leader():
             raise NotLeader()
+        timeout = self.request_timeout
+        if self.lease_left is not None:
+            left = self.lease_left()
+            if left <= 0:
+                raise NotLeader()
+            timeout = min(timeout, left)
+        return timeout
 
     async def apply_configmap(self, body: dict[str, Any]) -> Obj:
         """Server-side apply one ConfigMap; returns the object the server stored."""
-        await self._gate(self.bucket)
+        timeout = await self._gate(self.bucket)
         meta = body["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/configmaps/{meta['name']}"
         resp = await self.kube.request(
@@ -90,6 +109,7 @@ class Writer:
             params={"fieldManager": self.field_manager, "force": "true"},
             json=body,
             content_type=APPLY,
+            timeout=timeout,
         )
         if not resp.ok or not isinstance(resp.body, dict):
             raise WriteError(
@@ -99,7 +119,7 @@ class Writer:
 
     async def delete_configmap(self, doc: DocRef) -> bool:
         """Delete one document if it is still the one we judged; False: it changed (409)."""
-        await self._gate(self.bucket)
+        timeout = await self._gate(self.bucket)
         preconditions = {"uid": doc.uid}
         if doc.resource_version:
             preconditions["resourceVersion"] = doc.resource_version
@@ -107,6 +127,7 @@ class Writer:
             "DELETE",
             f"/api/v1/namespaces/{doc.namespace}/configmaps/{doc.name}",
             json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions},
+            timeout=timeout,
         )
         if resp.ok or resp.status == 404:
             return True
@@ -116,13 +137,14 @@ class Writer:
 
     async def patch_stamp(self, resource: ApiResource, ref: ObjRef, patch: dict[str, Any]) -> str:
         """Merge-patch the stamp annotations: `patched`, `conflict` (changed/gone), `forbidden`."""
-        await self._gate(self.stamp_bucket)
+        timeout = await self._gate(self.stamp_bucket)
         resp = await self.kube.request(
             "PATCH",
             resource.path(ref.namespace, ref.name),
             params={"fieldManager": self.field_manager},
             json=patch,
             content_type=MERGE,
+            timeout=timeout,
         )
         if resp.ok:
             return "patched"
@@ -170,7 +192,10 @@ class Writer:
             },
         }
         resp = await self.kube.request(
-            "POST", f"/apis/events.k8s.io/v1/namespaces/{regarding.namespace}/events", json=body
+            "POST",
+            f"/apis/events.k8s.io/v1/namespaces/{regarding.namespace}/events",
+            json=body,
+            timeout=self._fenced_timeout(),
         )
         if not resp.ok:
             raise WriteError(f"event on {regarding.hop}", resp.status, _message(resp))

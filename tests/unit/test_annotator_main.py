@@ -80,3 +80,26 @@ def test_nonsense_numbers_are_refused_by_the_parser(argv: list[str]) -> None:
 def test_the_cli_dispatches_to_the_annotator() -> None:
     args = build_parser(["annotator"]).parse_args(["annotator", "--no-leader-elect"])
     assert args.command == "annotator" and args.leader_elect is False
+
+
+def test_fault_flags_reach_the_settings() -> None:
+    args = parse(
+        "--watch-idle-timeout=7",
+        "--api-retries=3",
+        "--lease-duration=20",
+        "--renew-deadline=12",
+        "--retry-period=3",
+    )
+    settings, election = settings_of(args)
+    assert settings.watch_idle_timeout == 7.0 and args.api_retries == 3
+    assert election is not None
+    assert (election.lease_duration, election.renew_deadline, election.retry_period) == (
+        20.0,
+        12.0,
+        3.0,
+    )
+    assert settings_of(parse())[0].watch_idle_timeout == 90.0
+    with pytest.raises(UsageError, match="--api-retries"):
+        settings_of(parse("--api-retries=-1"))
+    with pytest.raises(UsageError, match="renew deadline"):
+        settings_of(parse("--renew-deadline=20"))
