@@ -35,7 +35,7 @@ from typing import Any
 
 from aibom_core.digests import observed_digests
 from aibom_core.evidence import Confidence, Evidence, Source, locator, strongest
-from aibom_core.images import canonical, oci_purl, parse_image
+from aibom_core.images import HASH_ALGORITHMS, canonical, oci_purl, parse_image, valid_digest
 from aibom_core.kinds import KindRegistry, group_kind_of
 from aibom_core.models import ModelFinding, hf_purl, models_of, origin_of
 from aibom_core.objects import Obj, metadata, name_of
@@ -106,7 +106,7 @@ class Component:
     name: str
     version: str | None
     purl: str | None
-    sha256: tuple[str, ...]  # hex digests
+    hashes: tuple[str, ...]  # valid OCI digests, `<algorithm>:<hex>`
     confidence: Confidence
     evidence: tuple[Evidence, ...]
     properties: tuple[tuple[str, str], ...]  # besides confidence and evidence
@@ -165,6 +165,7 @@ class _Acc:
 class _Image(_Acc):
     ref: str = ""
     digests: dict[str, _Acc] = field(default_factory=dict)
+    invalid: dict[str, _Acc] = field(default_factory=dict)  # malformed digests, as written
     links: set[str] = field(default_factory=set)
     serving: set[str] = field(default_factory=set)  # serving runtimes seen on it
     unresolved: list[tuple[str, Evidence, bool]] = field(default_factory=list)
@@ -229,6 +230,13 @@ class _Builder:
             acc = img.digests.setdefault(parsed.digest, _Acc())
             ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
             acc.add(Confidence.DECLARED, ev, in_pod=c.in_pod)
+        elif parsed is not None and not parsed.registry and "@" in c.image:
+            # `repo@SHA256:...`: the reference pins something that is not an
+            # OCI digest. Evidence of it, never a digest.
+            bad = c.image.strip().rpartition("@")[2]
+            acc = img.invalid.setdefault(bad, _Acc())
+            ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
+            acc.add(Confidence.UNRESOLVED, ev, in_pod=c.in_pod)
         for rf in runtimes_of(c):
             self._runtime(c, img, rf)
         models: list[_Model] = []
@@ -294,6 +302,13 @@ class _Builder:
         subject = ""
         for seen in observed_digests(pod):
             img = self.image(canonical(seen.image))
+            if not seen.valid:
+                bad = img.invalid.setdefault(seen.digest, _Acc())
+                if len(bad.pod_evidence) < MAX_POD_EVIDENCE:
+                    subject = subject or subject_of(pod)
+                    ev = Evidence(Source.POD_STATUS, locator(subject, seen.pointer))
+                    bad.add(Confidence.UNRESOLVED, ev, in_pod=True)
+                continue
             acc = img.digests.get(seen.digest)
             if acc is None:
                 acc = img.digests[seen.digest] = _Acc()
@@ -500,7 +515,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                     name="unresolved",
                     version=None,
                     purl=None,
-                    sha256=(),
+                    hashes=(),
                     confidence=Confidence.UNRESOLVED,
                     evidence=uevs,
                     properties=tuple(
@@ -523,7 +538,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=name,
                 version=version,
                 purl=None,
-                sha256=(),
+                hashes=(),
                 confidence=confidence,
                 evidence=ev,
                 properties=tuple(sorted(_props(confidence, ev))),
@@ -545,7 +560,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=model.model_id,
                 version=model.revision,
                 purl=purl,
-                sha256=(),
+                hashes=(),
                 confidence=confidence,
                 evidence=ev,
                 properties=tuple(sorted(props)),
@@ -564,7 +579,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=f"{kind}/{name}",
                 version=None,
                 purl=None,
-                sha256=(),
+                hashes=(),
                 confidence=Confidence.DECLARED,
                 evidence=ev,
                 properties=tuple(sorted(props)),
@@ -580,11 +595,14 @@ def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
     evidence = set(img.final_evidence())
     for acc in img.digests.values():
         evidence.update(acc.final_evidence())
+    for acc in img.invalid.values():
+        evidence.update(acc.final_evidence())  # where it was read; it proves nothing
     verified = any(Confidence.VERIFIED in acc.confidences for acc in img.digests.values())
     confidence = Confidence.VERIFIED if verified else Confidence.DECLARED
     ev = tuple(sorted(evidence))
     props = [*_props(confidence, ev), ("aibom.image.reference", ref)]
     props += [("aibom.image.digest", d) for d in digests]
+    props += [("aibom.image.digest.invalid", d) for d in sorted(img.invalid)]
     if parsed is not None and parsed.registry:
         name = parsed.repository
         version = parsed.tag if parsed.tag is not None else parsed.digest
@@ -596,7 +614,7 @@ def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
         name=name,
         version=version,
         purl=oci_purl(ref, digests[0] if len(digests) == 1 else None),
-        sha256=tuple(d.removeprefix("sha256:") for d in digests),
+        hashes=tuple(d for d in digests if valid_digest(d)),
         confidence=confidence,
         evidence=ev,
         properties=tuple(sorted(props)),
@@ -650,8 +668,11 @@ def _component_json(c: Component) -> dict[str, Any]:
         out["version"] = c.version
     if c.purl:
         out["purl"] = c.purl
-    if c.sha256:
-        out["hashes"] = [{"alg": "SHA-256", "content": h} for h in c.sha256]
+    if c.hashes:
+        out["hashes"] = [
+            {"alg": HASH_ALGORITHMS[alg], "content": hex_}
+            for alg, _, hex_ in (h.partition(":") for h in c.hashes)
+        ]
     if c.evidence:
         out["evidence"] = _evidence_json(c)
     out["properties"] = [{"name": n, "value": v} for n, v in c.properties]
