@@ -193,6 +193,8 @@ class _Data(_Acc):
 class _Runtime(_Acc):
     runtime: str = ""
     version: str | None = None
+    rules: set[str] = field(default_factory=set)  # which table rows matched
+    version_from: set[str] = field(default_factory=set)
 
 
 class _Builder:
@@ -257,6 +259,13 @@ class _Builder:
         if acc is None:
             acc = self.runtimes[key] = _Runtime(runtime=rf.runtime, version=rf.version)
         acc.add(rf.confidence, Evidence(rf.source, locator(c.subject, rf.pointer)), in_pod=c.in_pod)
+        if rf.rule:
+            acc.rules.add(rf.rule)
+        if rf.version_from:
+            acc.version_from.add(rf.version_from)
+        if rf.version_pointer:
+            vev = Evidence(Source.SPEC, locator(c.subject, rf.version_pointer))
+            acc.add(rf.confidence, vev, in_pod=c.in_pod)
         img.links.add(_runtime_ref(rf.runtime, rf.version))
         if rf.runtime in SERVING:
             img.serving.add(rf.runtime)
@@ -531,6 +540,9 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
     for (name, version), rt in builder.runtimes.items():
         confidence = strongest(rt.confidences)
         ev = rt.final_evidence()
+        rprops = _props(confidence, ev)
+        rprops += [("aibom.runtime.rule", r) for r in rt.rules]
+        rprops += [("aibom.runtime.version-from", v) for v in rt.version_from]
         out.append(
             Component(
                 bom_ref=_runtime_ref(name, version),
@@ -541,7 +553,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 hashes=(),
                 confidence=confidence,
                 evidence=ev,
-                properties=tuple(sorted(_props(confidence, ev))),
+                properties=tuple(sorted(rprops)),
                 depends_on=(),
             )
         )

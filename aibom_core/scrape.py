@@ -105,6 +105,7 @@ class RuntimeDecl:
     confidence: Confidence
     source: Source
     pointer: str
+    rule: str = ""  # the field that declares it (`aibom.runtime.rule`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,10 +354,17 @@ def _dynamo_runtimes(
     out = []
     role = _DYNAMO_ROLES.get(component_type)
     if role is not None:
-        out.append(RuntimeDecl(role, Confidence.DECLARED, Source.SPEC, type_ptr))
+        out.append(
+            RuntimeDecl(role, Confidence.DECLARED, Source.SPEC, type_ptr, "field dynamo type")
+        )
     framework = _DYNAMO_BACKENDS.get(backend)
     if framework is not None and component_type in _DYNAMO_WORKER_TYPES:
-        out.append(RuntimeDecl(framework, Confidence.DECLARED, Source.SPEC, backend_ptr))
+        out.append(
+            RuntimeDecl(
+                framework, Confidence.DECLARED, Source.SPEC, backend_ptr,
+                "field dynamo backendFramework",
+            )
+        )  # fmt: skip
     return tuple(out)
 
 
@@ -396,7 +404,11 @@ def _component_v1beta1(
     if sidecar:
         sidecars[sidecar] = (
             RuntimeDecl(
-                "dynamo-frontend", Confidence.DECLARED, Source.SPEC, _ptr(base, "frontendSidecar")
+                "dynamo-frontend",
+                Confidence.DECLARED,
+                Source.SPEC,
+                _ptr(base, "frontendSidecar"),
+                "field dynamo frontendSidecar",
             ),
         )
     ctx = _replace(
@@ -472,7 +484,15 @@ def _component_v1alpha1(
                 volumes=(),
                 init=False,
                 in_pod=ctx.in_pod,
-                runtimes=(RuntimeDecl("dynamo-frontend", Confidence.DECLARED, Source.SPEC, sptr),),
+                runtimes=(
+                    RuntimeDecl(
+                        "dynamo-frontend",
+                        Confidence.DECLARED,
+                        Source.SPEC,
+                        sptr,
+                        "field dynamo frontendSidecar",
+                    ),
+                ),
             )
         )
     return out
@@ -618,7 +638,9 @@ def _scrape_nim(obj: Obj, ctx: _Ctx) -> list[Container]:
         init=False,
         in_pod=ctx.in_pod,
         models=tuple(models),
-        runtimes=(RuntimeDecl("nim", Confidence.DECLARED, Source.SPEC, "/spec/image"),),
+        runtimes=(
+            RuntimeDecl("nim", Confidence.DECLARED, Source.SPEC, "/spec/image", "kind NIMService"),
+        ),
     )
     out = [main]
     for key, init in (("initContainers", True), ("sidecarContainers", False)):
