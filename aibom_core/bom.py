@@ -169,6 +169,8 @@ class _Image(_Acc):
     links: set[str] = field(default_factory=set)
     serving: set[str] = field(default_factory=set)  # serving runtimes seen on it
     unresolved: list[tuple[str, Evidence, bool]] = field(default_factory=list)
+    details: set[tuple[str, str]] = field(default_factory=set)  # kept on its placeholder
+    unresolved_links: set[str] = field(default_factory=set)  # data it is read from
 
 
 @dataclass
@@ -243,15 +245,18 @@ class _Builder:
             self._runtime(c, img, rf)
         models: list[_Model] = []
         unresolved = False
+        paths: list[str] = []
         for mf in models_of(c):
             model = self._model(c, img, mf)
             if model is not None:
                 models.append(model)
             unresolved = unresolved or mf.id is None
+            if mf.detail is not None and mf.detail[1].startswith("/"):
+                paths.append(mf.detail[1])
         # Only the volumes of a container that serves or names a model are
         # model sources; a web app's PVC is not.
         if c.volumes and (models or unresolved or _serving_of(c)):
-            self._volumes(c, img, models)
+            self._volumes(c, img, models, paths)
 
     def _runtime(self, c: Container, img: _Image, rf: RuntimeFinding) -> None:
         key = (rf.runtime, rf.version)
@@ -274,6 +279,8 @@ class _Builder:
         ev = Evidence(mf.source, locator(c.subject, mf.pointer))
         if mf.id is None:
             img.unresolved.append((mf.reason or "unresolved", ev, c.in_pod))
+            if mf.detail is not None:
+                img.details.add(mf.detail)
             return None
         key = (mf.id, mf.revision)
         acc = self.models.get(key)
@@ -286,7 +293,7 @@ class _Builder:
         img.links.add(_model_key_ref(key))
         return acc
 
-    def _volumes(self, c: Container, img: _Image, models: list[_Model]) -> None:
+    def _volumes(self, c: Container, img: _Image, models: list[_Model], paths: list[str]) -> None:
         cache_paths = [
             v.value for v in c.env if v.name in _CACHE_ENV and v.value and v.value.startswith("/")
         ]
@@ -306,6 +313,8 @@ class _Builder:
             for model in models:
                 if _loads_from(model, vol, cache_paths):
                     model.links.add(dref)
+            if vol.mount_path and any(_under(p, vol.mount_path) for p in paths):
+                img.unresolved_links.add(dref)  # the directory a model lies in
 
     def pod_digests(self, pod: Obj) -> None:
         subject = ""
@@ -350,6 +359,10 @@ def _content(c: Container) -> tuple[Any, ...]:
 
 def _serving_of(c: Container) -> set[str]:
     return {rf.runtime for rf in runtimes_of(c) if rf.runtime in SERVING}
+
+
+def _under(path: str, mount: str) -> bool:
+    return (path.rstrip("/") + "/").startswith(mount.rstrip("/") + "/")
 
 
 def _loads_from(model: _Model, vol: Volume, cache_paths: list[str]) -> bool:
@@ -531,9 +544,10 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                         sorted(
                             _props(Confidence.UNRESOLVED, uevs)
                             + [("aibom.model.unresolved", r) for r in reasons]
+                            + list(img.details)
                         )
                     ),
-                    depends_on=(),
+                    depends_on=tuple(sorted(img.unresolved_links)),
                 )
             )
         out.append(_image_component(ref, img, links))

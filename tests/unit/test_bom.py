@@ -497,9 +497,15 @@ def test_annotation_model_and_pvc_model_source() -> None:
     assert props(ann, "aibom.evidence.annotation") == [
         "Deployment/web#/metadata/annotations/model.aibom.dev~1name"
     ]
-    local = refs["model:/models/llama-3-8b"]
-    assert prop(local, "aibom.model.origin") == "local-path"
-    assert depends(doc)["model:/models/llama-3-8b"] == ["data:pvc/llama-weights"]
+    # A directory is where a model lies, not which: unresolved, the path kept.
+    assert "model:/models/llama-3-8b" not in refs
+    local = refs["model:unresolved:docker.io/vllm/vllm-openai:v0.8.5"]
+    assert prop(local, "aibom.model.path") == "/models/llama-3-8b"
+    assert prop(local, "aibom.model.unresolved") == (
+        "--model /models/llama-3-8b: a local path, not a model identity"
+    )
+    assert depends(doc)[local["bom-ref"]] == ["data:pvc/llama-weights"]
+    assert doc.models == ("meta-llama/Meta-Llama-3-8B",)
     assert prop(refs["data:pvc/llama-weights"], "aibom.data.mount-path") == "/models"
     assert "data:hostpath//var/log/x" in refs  # mounted by a serving container
     assert depends(doc)["model:meta-llama/Meta-Llama-3-8B@62bd457"] == []
