@@ -178,6 +178,7 @@ class _Model(_Acc):
     model_id: str = ""
     revision: str | None = None
     served: set[str] = field(default_factory=set)
+    extra: set[tuple[str, str]] = field(default_factory=set)  # e.g. aibom.model.format
     named_by: set[str] = field(default_factory=set)
     origins: set[str] = field(default_factory=set)
     links: set[str] = field(default_factory=set)
@@ -202,6 +203,10 @@ class _Runtime(_Acc):
 class _Builder:
     def __init__(self) -> None:
         self.images: dict[str, _Image] = {}
+        # Containers that name no image (a KServe predictor `model`: its
+        # ServingRuntime supplies it), by locator: their facts hang off the root.
+        self.loose: dict[str, _Image] = {}
+        self.root_links: set[str] = set()
         self.models: dict[tuple[str, str | None], _Model] = {}
         self.data: dict[tuple[str, str], _Data] = {}
         self.runtimes: dict[tuple[str, str | None], _Runtime] = {}
@@ -215,7 +220,7 @@ class _Builder:
         return img
 
     def container(self, c: Container) -> None:
-        if not c.image.strip():
+        if not c.image.strip() and not (c.models or c.runtimes):
             return
         content = _content(c)
         annotated = {(m.id, m.revision) for m in c.models if m.source is Source.ANNOTATION}
@@ -226,10 +231,15 @@ class _Builder:
             # fact, and pod evidence is shown only for facts nothing else
             # declares: skipping it changes no byte and most of the cost.
             return
-        img = self.image(canonical(c.image))
-        img.add(Confidence.DECLARED, Evidence(Source.SPEC, locator(c.subject, c.image_pointer)),
-                in_pod=c.in_pod)  # fmt: skip
-        parsed = parse_image(c.image)
+        if not c.image.strip():
+            where = locator(c.subject, c.pointer)
+            img = self.loose.setdefault(where, _Image(ref=where))
+            parsed = None
+        else:
+            img = self.image(canonical(c.image))
+            ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
+            img.add(Confidence.DECLARED, ev, in_pod=c.in_pod)
+            parsed = parse_image(c.image)
         if parsed is not None and parsed.digest is not None:
             acc = img.digests.setdefault(parsed.digest, _Acc())
             ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
@@ -288,6 +298,7 @@ class _Builder:
             acc = self.models[key] = _Model(model_id=mf.id, revision=mf.revision)
         acc.add(mf.confidence, ev, in_pod=c.in_pod)
         acc.served.update(mf.served_names)
+        acc.extra.update(mf.properties)
         acc.named_by.add(mf.via)
         acc.origins.add("nim" if mf.via in ("nim-image", "status.model") else origin_of(mf.id))
         img.links.add(_model_key_ref(key))
@@ -315,6 +326,8 @@ class _Builder:
                     model.links.add(dref)
             if vol.mount_path and any(_under(p, vol.mount_path) for p in paths):
                 img.unresolved_links.add(dref)  # the directory a model lies in
+            elif vol.mount_path is None and not models:
+                img.unresolved_links.add(dref)  # operator-mounted storage of no named model
 
     def pod_digests(self, pod: Obj) -> None:
         subject = ""
@@ -468,7 +481,9 @@ def facts_of(view: RootView, registry: KindRegistry) -> Facts:
         root=root,
         owned=tuple(f"{o.get('kind')}/{name_of(o)}" for o in owned_objs),
         components=components,
-        root_depends_on=tuple(sorted(f"image:{ref}" for ref in builder.images)),
+        root_depends_on=tuple(
+            sorted({f"image:{ref}" for ref in builder.images} | builder.root_links)
+        ),
         images=images,
         digests=digests,
         models=models,
@@ -498,6 +513,7 @@ def _fold_revisions(builder: _Builder) -> dict[str, str]:
             if len(into.pod_evidence) < MAX_POD_EVIDENCE and ev not in into.pod_evidence:
                 into.pod_evidence.append(ev)
         into.served |= bare.served
+        into.extra |= bare.extra
         into.named_by |= bare.named_by
         into.origins |= bare.origins
         into.links |= bare.links
@@ -514,7 +530,9 @@ def _props(confidence: Confidence, ev: tuple[Evidence, ...]) -> list[tuple[str, 
 def _finish(builder: _Builder) -> tuple[Component, ...]:
     renames = _fold_revisions(builder)
     out: list[Component] = []
-    for ref, img in builder.images.items():
+    sinks = [(ref, img, False) for ref, img in builder.images.items()]
+    sinks += [(ref, img, True) for ref, img in builder.loose.items()]
+    for ref, img, loose in sinks:
         links = {renames.get(link, link) for link in img.links}
         resolved = any(link.startswith("model:") for link in links)
         reasons = sorted({r for r, _, _ in img.unresolved})
@@ -550,7 +568,10 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                     depends_on=tuple(sorted(img.unresolved_links)),
                 )
             )
-        out.append(_image_component(ref, img, links))
+        if loose:
+            builder.root_links |= links  # no image to hang them on: the root's own
+        else:
+            out.append(_image_component(ref, img, links))
     for (name, version), rt in builder.runtimes.items():
         confidence = strongest(rt.confidences)
         ev = rt.final_evidence()
@@ -578,7 +599,8 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
         props += [("aibom.model.origin", o) for o in model.origins]
         props += [("aibom.model.named-by", v) for v in model.named_by]
         props += [("aibom.model.served-name", s) for s in model.served]
-        purl = hf_purl(model.model_id, model.revision) if "huggingface" in model.origins else None
+        props += list(model.extra)
+        purl = _model_purl(model)
         out.append(
             Component(
                 bom_ref=_model_key_ref(key),
@@ -613,6 +635,16 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
             )
         )
     return tuple(sorted(out, key=lambda c: c.bom_ref))
+
+
+def _model_purl(model: _Model) -> str | None:
+    if "huggingface" in model.origins:
+        return hf_purl(model.model_id, model.revision)
+    if "oci" in model.origins:  # a KServe modelcar: `oci://<image reference>`
+        ref = model.model_id.removeprefix("oci://")
+        parsed = parse_image(ref)
+        return oci_purl(ref, parsed.digest if parsed is not None else None)
+    return None
 
 
 def _image_component(ref: str, img: _Image, links: set[str]) -> Component:

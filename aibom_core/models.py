@@ -41,7 +41,7 @@ from aibom_core.commandline import (
 )
 from aibom_core.evidence import Confidence, Source
 from aibom_core.images import parse_image
-from aibom_core.scrape import Container, EnvVar, ModelDecl
+from aibom_core.scrape import Container, EnvVar, ModelDecl, kserve_storage
 
 MODEL_FLAGS = frozenset(
     {"--model", "--model-path", "--model-id", "--model_path", "--model_id", "--model-name"}
@@ -124,6 +124,7 @@ class ModelFinding:
     # (property, value) kept as evidence of an unresolved model:
     # ("aibom.model.path", "/models/x"), ("aibom.model.repository", "s3://b/m")
     detail: tuple[str, str] | None = None
+    properties: tuple[tuple[str, str], ...] = ()  # more said of a resolved model
 
 
 def is_sidecar(name: str, image: str) -> bool:
@@ -157,6 +158,8 @@ def origin_of(model_id: str) -> str:
     """`huggingface`, `local-path`, `uri` or `name`: what kind of id this is."""
     if model_id.startswith(("/", "./", "~")):
         return "local-path"
+    if model_id.startswith("oci://"):
+        return "oci"  # a KServe modelcar: the model is an OCI artifact
     if "://" in model_id:
         return "uri"
     if is_hf_id(model_id):
@@ -331,6 +334,12 @@ def _env_findings(
         if var.name in seen:
             continue  # an operator-merged duplicate; the container's own wins
         seen.add(var.name)
+        if var.name == "STORAGE_URI" and var.value:
+            # KServe's custom-container convention: the storage initializer
+            # fetches it. Read like `storageUri`.
+            decl, _ = kserve_storage(expand_k8s(var.value, env), var.pointer)
+            models.append(_decl(decl))
+            continue
         if var.name in MODEL_ENV:
             if var.value is None:
                 models.append(
@@ -367,6 +376,17 @@ def _env_findings(
 
 
 def _decl(decl: ModelDecl) -> ModelFinding:
+    if decl.reason is not None or not decl.id:
+        return ModelFinding(
+            id=None,
+            revision=None,
+            confidence=Confidence.UNRESOLVED,
+            source=decl.source,
+            pointer=decl.pointer,
+            via=decl.via,
+            reason=decl.reason or f"{decl.via}: no model identity",
+            detail=decl.detail,
+        )
     model_id, url_revision = normalise_id(decl.id)
     return ModelFinding(
         id=model_id,
@@ -375,6 +395,7 @@ def _decl(decl: ModelDecl) -> ModelFinding:
         source=decl.source,
         pointer=decl.pointer,
         via=decl.via,
+        properties=decl.properties,
     )
 
 
@@ -461,6 +482,7 @@ def _models(key: _Key, decls: tuple[ModelDecl, ...]) -> tuple[ModelFinding, ...]
                 pointer=f.pointer,
                 via=f.via,
                 served_names=tuple(s for s in served if s != f.id),
+                properties=f.properties,
             )
         )
     return tuple(_decl(d) for d in decls) + tuple(out)
