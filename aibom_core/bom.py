@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aibom_core.agents import AgentFinding, agents_of
 from aibom_core.digests import observed_digests
 from aibom_core.evidence import Confidence, Evidence, Source, locator, strongest
 from aibom_core.images import HASH_ALGORITHMS, canonical, oci_purl, parse_image, valid_digest
@@ -193,6 +194,14 @@ class _Data(_Acc):
 
 
 @dataclass
+class _Agent(_Acc):
+    kind: str = ""  # framework | endpoint
+    name: str = ""
+    endpoint: str | None = None
+    rules: set[str] = field(default_factory=set)
+
+
+@dataclass
 class _Runtime(_Acc):
     runtime: str = ""
     version: str | None = None
@@ -210,6 +219,7 @@ class _Builder:
         self.models: dict[tuple[str, str | None], _Model] = {}
         self.data: dict[tuple[str, str], _Data] = {}
         self.runtimes: dict[tuple[str, str | None], _Runtime] = {}
+        self.agents: dict[tuple[str, str, str | None], _Agent] = {}
         # What the non-pod objects' containers say, without their pointers.
         self.declared: dict[tuple[Any, ...], set[tuple[str, str | None]]] = {}
 
@@ -253,6 +263,8 @@ class _Builder:
             acc.add(Confidence.UNRESOLVED, ev, in_pod=c.in_pod)
         for rf in runtimes_of(c):
             self._runtime(c, img, rf)
+        for af in agents_of(c):
+            self._agent(c, img, af)
         models: list[_Model] = []
         unresolved = False
         paths: list[str] = []
@@ -284,6 +296,16 @@ class _Builder:
         img.links.add(_runtime_ref(rf.runtime, rf.version))
         if rf.runtime in SERVING:
             img.serving.add(rf.runtime)
+
+    def _agent(self, c: Container, img: _Image, af: AgentFinding) -> None:
+        key = (af.kind, af.name, af.endpoint)
+        acc = self.agents.get(key)
+        if acc is None:
+            acc = self.agents[key] = _Agent(kind=af.kind, name=af.name, endpoint=af.endpoint)
+        acc.add(af.confidence, Evidence(Source.SPEC, locator(c.subject, af.pointer)),
+                in_pod=c.in_pod)  # fmt: skip
+        acc.rules.add(af.rule)
+        img.links.add(_agent_ref(af.kind, af.name, af.endpoint))
 
     def _model(self, c: Container, img: _Image, mf: ModelFinding) -> _Model | None:
         ev = Evidence(mf.source, locator(c.subject, mf.pointer))
@@ -395,6 +417,12 @@ def _loads_from(model: _Model, vol: Volume, cache_paths: list[str]) -> bool:
 
 def _runtime_ref(runtime: str, version: str | None) -> str:
     return f"runtime:{runtime}@{version}" if version else f"runtime:{runtime}"
+
+
+def _agent_ref(kind: str, name: str, endpoint: str | None) -> str:
+    if kind == "framework":
+        return f"agent:{name}"
+    return f"service:{name}@{endpoint}" if endpoint else f"service:{name}"
 
 
 def _model_key_ref(key: tuple[str, str | None]) -> str:
@@ -592,6 +620,27 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 depends_on=(),
             )
         )
+    for (kind, name, endpoint), agent in builder.agents.items():
+        confidence = strongest(agent.confidences)
+        ev = agent.final_evidence()
+        aprops = _props(confidence, ev) + [("aibom.agent.rule", r) for r in agent.rules]
+        aprops.append(("aibom.agent.kind", kind))
+        if endpoint:
+            aprops.append(("aibom.agent.endpoint", endpoint))
+        out.append(
+            Component(
+                bom_ref=_agent_ref(kind, name, endpoint),
+                type="framework" if kind == "framework" else "service",
+                name=name,
+                version=None,
+                purl=None,
+                hashes=(),
+                confidence=confidence,
+                evidence=ev,
+                properties=tuple(sorted(aprops)),
+                depends_on=(),
+            )
+        )
     for key, model in builder.models.items():
         confidence = strongest(model.confidences)
         ev = model.final_evidence()
@@ -778,9 +827,25 @@ def document_json(facts: Facts, *, tool_version: str, digest: str | None = None)
             },
             "component": _root_json(facts.root, facts.owned),
         },
-        "components": [_component_json(c) for c in facts.components],
+        "components": [_component_json(c) for c in facts.components if c.type != "service"],
         "dependencies": sorted(depends, key=lambda d: d["ref"]),
+        **_services_json(facts.components),
     }
+
+
+def _services_json(components: tuple[Component, ...]) -> dict[str, Any]:
+    """The LLM APIs called, as CycloneDX services (they have no `evidence`: properties say it)."""
+    out = []
+    for c in components:
+        if c.type != "service":
+            continue
+        svc: dict[str, Any] = {"bom-ref": c.bom_ref, "name": c.name}
+        endpoint = next((v for n, v in c.properties if n == "aibom.agent.endpoint"), None)
+        if endpoint:
+            svc["endpoints"] = [endpoint]
+        svc["properties"] = [{"name": n, "value": v} for n, v in c.properties]
+        out.append(svc)
+    return {"services": out} if out else {}
 
 
 def render(facts: Facts, *, tool_version: str, digest: str | None = None) -> bytes:
