@@ -113,6 +113,18 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
     _rule("ggml-org/llama.cpp", GHCR, "llama.cpp", build_tag=True),
     _rule("ggerganov/llama.cpp", GHCR, "llama.cpp", build_tag=True),
     _rule("ollama/ollama", DOCKER, "ollama"),
+    # KServe's model servers (config/runtimes of KServe v0.15.2), named as the
+    # ServingRuntime software they are (docs/aibom-format.md, KServe).
+    _rule("kserve/huggingfaceserver", DOCKER, "kserve-huggingfaceserver"),
+    _rule("kserve/sklearnserver", DOCKER, "kserve-sklearnserver"),
+    _rule("kserve/xgbserver", DOCKER, "kserve-xgbserver"),
+    _rule("kserve/lgbserver", DOCKER, "kserve-lgbserver"),
+    _rule("kserve/pmmlserver", DOCKER, "kserve-pmmlserver"),
+    _rule("kserve/paddleserver", DOCKER, "kserve-paddleserver"),
+    _rule("pytorch/torchserve-kfs", DOCKER, "torchserve"),
+    _rule("pytorch/torchserve", DOCKER, "torchserve"),
+    _rule("seldonio/mlserver", DOCKER, "mlserver"),
+    _rule("tensorflow/serving", DOCKER, "tensorflow-serving"),
 )
 # Triton images whose tag names a bundled backend (`24.08-trtllm-python-py3`):
 # a whole `-`-separated tag token, not a substring. A `sdk` token is the

@@ -129,7 +129,8 @@ def test_storage_uri(
          ["gs://kfserving-examples/models/onnx"],
          ["data:storage-uri/gs://kfserving-examples/models/onnx"]),
         # Custom containers: STORAGE_URI env on kserve-container; the transformer names none.
-        ("kserve/examples/collocation.yaml", [], [],
+        ("kserve/examples/collocation.yaml", [],
+         [("torchserve", "inferred", "image docker.io/pytorch/torchserve")],
          ["gs://kfserving-examples/models/torchserve/image_classifier/v1"], []),
     ],
 )  # fmt: skip
