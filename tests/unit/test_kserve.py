@@ -31,10 +31,14 @@ ISVC = "serving.kserve.io/v1beta1"
 KNATIVE = "serving.knative.dev/v1"
 
 
+# The KServe files are vendored here only (not in ../shared/upstream): read them
+# from tests/upstream whatever AIBOM_SHARED_DIR says.
+VENDORED = Path(__file__).resolve().parents[1] / "upstream"
+
+
 def upstream(path: str, kind: str = "InferenceService") -> Obj:
-    (obj,) = [
-        d for d in yaml.safe_load_all((UPSTREAM / path).read_text()) if d and d["kind"] == kind
-    ]
+    base = VENDORED if path.startswith("kserve/") else UPSTREAM
+    (obj,) = [d for d in yaml.safe_load_all((base / path).read_text()) if d and d["kind"] == kind]
     assert isinstance(obj, dict)
     return obj
 
