@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aibom_core.agents import AgentFinding, agents_of
 from aibom_core.digests import observed_digests
 from aibom_core.evidence import Confidence, Evidence, Source, locator, strongest
-from aibom_core.images import canonical, oci_purl, parse_image
+from aibom_core.images import HASH_ALGORITHMS, canonical, oci_purl, parse_image, valid_digest
 from aibom_core.kinds import KindRegistry, group_kind_of
 from aibom_core.models import ModelFinding, hf_purl, models_of, origin_of
 from aibom_core.objects import Obj, metadata, name_of
@@ -106,7 +107,7 @@ class Component:
     name: str
     version: str | None
     purl: str | None
-    sha256: tuple[str, ...]  # hex digests
+    hashes: tuple[str, ...]  # valid OCI digests, `<algorithm>:<hex>`
     confidence: Confidence
     evidence: tuple[Evidence, ...]
     properties: tuple[tuple[str, str], ...]  # besides confidence and evidence
@@ -165,9 +166,12 @@ class _Acc:
 class _Image(_Acc):
     ref: str = ""
     digests: dict[str, _Acc] = field(default_factory=dict)
+    invalid: dict[str, _Acc] = field(default_factory=dict)  # malformed digests, as written
     links: set[str] = field(default_factory=set)
     serving: set[str] = field(default_factory=set)  # serving runtimes seen on it
     unresolved: list[tuple[str, Evidence, bool]] = field(default_factory=list)
+    details: set[tuple[str, str]] = field(default_factory=set)  # kept on its placeholder
+    unresolved_links: set[str] = field(default_factory=set)  # data it is read from
 
 
 @dataclass
@@ -175,6 +179,7 @@ class _Model(_Acc):
     model_id: str = ""
     revision: str | None = None
     served: set[str] = field(default_factory=set)
+    extra: set[tuple[str, str]] = field(default_factory=set)  # e.g. aibom.model.format
     named_by: set[str] = field(default_factory=set)
     origins: set[str] = field(default_factory=set)
     links: set[str] = field(default_factory=set)
@@ -189,17 +194,32 @@ class _Data(_Acc):
 
 
 @dataclass
+class _Agent(_Acc):
+    kind: str = ""  # framework | endpoint
+    name: str = ""
+    endpoint: str | None = None
+    rules: set[str] = field(default_factory=set)
+
+
+@dataclass
 class _Runtime(_Acc):
     runtime: str = ""
     version: str | None = None
+    rules: set[str] = field(default_factory=set)  # which table rows matched
+    version_from: set[str] = field(default_factory=set)
 
 
 class _Builder:
     def __init__(self) -> None:
         self.images: dict[str, _Image] = {}
+        # Containers that name no image (a KServe predictor `model`: its
+        # ServingRuntime supplies it), by locator: their facts hang off the root.
+        self.loose: dict[str, _Image] = {}
+        self.root_links: set[str] = set()
         self.models: dict[tuple[str, str | None], _Model] = {}
         self.data: dict[tuple[str, str], _Data] = {}
         self.runtimes: dict[tuple[str, str | None], _Runtime] = {}
+        self.agents: dict[tuple[str, str, str | None], _Agent] = {}
         # What the non-pod objects' containers say, without their pointers.
         self.declared: dict[tuple[Any, ...], set[tuple[str, str | None]]] = {}
 
@@ -210,7 +230,7 @@ class _Builder:
         return img
 
     def container(self, c: Container) -> None:
-        if not c.image.strip():
+        if not c.image.strip() and not (c.models or c.runtimes):
             return
         content = _content(c)
         annotated = {(m.id, m.revision) for m in c.models if m.source is Source.ANNOTATION}
@@ -221,27 +241,44 @@ class _Builder:
             # fact, and pod evidence is shown only for facts nothing else
             # declares: skipping it changes no byte and most of the cost.
             return
-        img = self.image(canonical(c.image))
-        img.add(Confidence.DECLARED, Evidence(Source.SPEC, locator(c.subject, c.image_pointer)),
-                in_pod=c.in_pod)  # fmt: skip
-        parsed = parse_image(c.image)
+        if not c.image.strip():
+            where = locator(c.subject, c.pointer)
+            img = self.loose.setdefault(where, _Image(ref=where))
+            parsed = None
+        else:
+            img = self.image(canonical(c.image))
+            ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
+            img.add(Confidence.DECLARED, ev, in_pod=c.in_pod)
+            parsed = parse_image(c.image)
         if parsed is not None and parsed.digest is not None:
             acc = img.digests.setdefault(parsed.digest, _Acc())
             ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
             acc.add(Confidence.DECLARED, ev, in_pod=c.in_pod)
+        elif parsed is not None and not parsed.registry and "@" in c.image:
+            # `repo@SHA256:...`: the reference pins something that is not an
+            # OCI digest. Evidence of it, never a digest.
+            bad = c.image.strip().rpartition("@")[2]
+            acc = img.invalid.setdefault(bad, _Acc())
+            ev = Evidence(Source.SPEC, locator(c.subject, c.image_pointer))
+            acc.add(Confidence.UNRESOLVED, ev, in_pod=c.in_pod)
         for rf in runtimes_of(c):
             self._runtime(c, img, rf)
+        for af in agents_of(c):
+            self._agent(c, img, af)
         models: list[_Model] = []
         unresolved = False
+        paths: list[str] = []
         for mf in models_of(c):
             model = self._model(c, img, mf)
             if model is not None:
                 models.append(model)
             unresolved = unresolved or mf.id is None
+            if mf.detail is not None and mf.detail[1].startswith("/"):
+                paths.append(mf.detail[1])
         # Only the volumes of a container that serves or names a model are
         # model sources; a web app's PVC is not.
         if c.volumes and (models or unresolved or _serving_of(c)):
-            self._volumes(c, img, models)
+            self._volumes(c, img, models, paths)
 
     def _runtime(self, c: Container, img: _Image, rf: RuntimeFinding) -> None:
         key = (rf.runtime, rf.version)
@@ -249,14 +286,33 @@ class _Builder:
         if acc is None:
             acc = self.runtimes[key] = _Runtime(runtime=rf.runtime, version=rf.version)
         acc.add(rf.confidence, Evidence(rf.source, locator(c.subject, rf.pointer)), in_pod=c.in_pod)
+        if rf.rule:
+            acc.rules.add(rf.rule)
+        if rf.version_from:
+            acc.version_from.add(rf.version_from)
+        if rf.version_pointer:
+            vev = Evidence(Source.SPEC, locator(c.subject, rf.version_pointer))
+            acc.add(rf.confidence, vev, in_pod=c.in_pod)
         img.links.add(_runtime_ref(rf.runtime, rf.version))
         if rf.runtime in SERVING:
             img.serving.add(rf.runtime)
+
+    def _agent(self, c: Container, img: _Image, af: AgentFinding) -> None:
+        key = (af.kind, af.name, af.endpoint)
+        acc = self.agents.get(key)
+        if acc is None:
+            acc = self.agents[key] = _Agent(kind=af.kind, name=af.name, endpoint=af.endpoint)
+        acc.add(af.confidence, Evidence(Source.SPEC, locator(c.subject, af.pointer)),
+                in_pod=c.in_pod)  # fmt: skip
+        acc.rules.add(af.rule)
+        img.links.add(_agent_ref(af.kind, af.name, af.endpoint))
 
     def _model(self, c: Container, img: _Image, mf: ModelFinding) -> _Model | None:
         ev = Evidence(mf.source, locator(c.subject, mf.pointer))
         if mf.id is None:
             img.unresolved.append((mf.reason or "unresolved", ev, c.in_pod))
+            if mf.detail is not None:
+                img.details.add(mf.detail)
             return None
         key = (mf.id, mf.revision)
         acc = self.models.get(key)
@@ -264,12 +320,13 @@ class _Builder:
             acc = self.models[key] = _Model(model_id=mf.id, revision=mf.revision)
         acc.add(mf.confidence, ev, in_pod=c.in_pod)
         acc.served.update(mf.served_names)
+        acc.extra.update(mf.properties)
         acc.named_by.add(mf.via)
         acc.origins.add("nim" if mf.via in ("nim-image", "status.model") else origin_of(mf.id))
         img.links.add(_model_key_ref(key))
         return acc
 
-    def _volumes(self, c: Container, img: _Image, models: list[_Model]) -> None:
+    def _volumes(self, c: Container, img: _Image, models: list[_Model], paths: list[str]) -> None:
         cache_paths = [
             v.value for v in c.env if v.name in _CACHE_ENV and v.value and v.value.startswith("/")
         ]
@@ -289,11 +346,22 @@ class _Builder:
             for model in models:
                 if _loads_from(model, vol, cache_paths):
                     model.links.add(dref)
+            if vol.mount_path and any(_under(p, vol.mount_path) for p in paths):
+                img.unresolved_links.add(dref)  # the directory a model lies in
+            elif vol.mount_path is None and not models:
+                img.unresolved_links.add(dref)  # operator-mounted storage of no named model
 
     def pod_digests(self, pod: Obj) -> None:
         subject = ""
         for seen in observed_digests(pod):
             img = self.image(canonical(seen.image))
+            if not seen.valid:
+                bad = img.invalid.setdefault(seen.digest, _Acc())
+                if len(bad.pod_evidence) < MAX_POD_EVIDENCE:
+                    subject = subject or subject_of(pod)
+                    ev = Evidence(Source.POD_STATUS, locator(subject, seen.pointer))
+                    bad.add(Confidence.UNRESOLVED, ev, in_pod=True)
+                continue
             acc = img.digests.get(seen.digest)
             if acc is None:
                 acc = img.digests[seen.digest] = _Acc()
@@ -328,6 +396,10 @@ def _serving_of(c: Container) -> set[str]:
     return {rf.runtime for rf in runtimes_of(c) if rf.runtime in SERVING}
 
 
+def _under(path: str, mount: str) -> bool:
+    return (path.rstrip("/") + "/").startswith(mount.rstrip("/") + "/")
+
+
 def _loads_from(model: _Model, vol: Volume, cache_paths: list[str]) -> bool:
     """Whether a model is read from a volume: a path under its mount, or its cache."""
     if vol.mount_path is None:
@@ -345,6 +417,12 @@ def _loads_from(model: _Model, vol: Volume, cache_paths: list[str]) -> bool:
 
 def _runtime_ref(runtime: str, version: str | None) -> str:
     return f"runtime:{runtime}@{version}" if version else f"runtime:{runtime}"
+
+
+def _agent_ref(kind: str, name: str, endpoint: str | None) -> str:
+    if kind == "framework":
+        return f"agent:{name}"
+    return f"service:{name}@{endpoint}" if endpoint else f"service:{name}"
 
 
 def _model_key_ref(key: tuple[str, str | None]) -> str:
@@ -431,7 +509,9 @@ def facts_of(view: RootView, registry: KindRegistry) -> Facts:
         root=root,
         owned=tuple(f"{o.get('kind')}/{name_of(o)}" for o in owned_objs),
         components=components,
-        root_depends_on=tuple(sorted(f"image:{ref}" for ref in builder.images)),
+        root_depends_on=tuple(
+            sorted({f"image:{ref}" for ref in builder.images} | builder.root_links)
+        ),
         images=images,
         digests=digests,
         models=models,
@@ -461,6 +541,7 @@ def _fold_revisions(builder: _Builder) -> dict[str, str]:
             if len(into.pod_evidence) < MAX_POD_EVIDENCE and ev not in into.pod_evidence:
                 into.pod_evidence.append(ev)
         into.served |= bare.served
+        into.extra |= bare.extra
         into.named_by |= bare.named_by
         into.origins |= bare.origins
         into.links |= bare.links
@@ -477,7 +558,9 @@ def _props(confidence: Confidence, ev: tuple[Evidence, ...]) -> list[tuple[str, 
 def _finish(builder: _Builder) -> tuple[Component, ...]:
     renames = _fold_revisions(builder)
     out: list[Component] = []
-    for ref, img in builder.images.items():
+    sinks = [(ref, img, False) for ref, img in builder.images.items()]
+    sinks += [(ref, img, True) for ref, img in builder.loose.items()]
+    for ref, img, loose in sinks:
         links = {renames.get(link, link) for link in img.links}
         resolved = any(link.startswith("model:") for link in links)
         reasons = sorted({r for r, _, _ in img.unresolved})
@@ -500,22 +583,29 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                     name="unresolved",
                     version=None,
                     purl=None,
-                    sha256=(),
+                    hashes=(),
                     confidence=Confidence.UNRESOLVED,
                     evidence=uevs,
                     properties=tuple(
                         sorted(
                             _props(Confidence.UNRESOLVED, uevs)
                             + [("aibom.model.unresolved", r) for r in reasons]
+                            + list(img.details)
                         )
                     ),
-                    depends_on=(),
+                    depends_on=tuple(sorted(img.unresolved_links)),
                 )
             )
-        out.append(_image_component(ref, img, links))
+        if loose:
+            builder.root_links |= links  # no image to hang them on: the root's own
+        else:
+            out.append(_image_component(ref, img, links))
     for (name, version), rt in builder.runtimes.items():
         confidence = strongest(rt.confidences)
         ev = rt.final_evidence()
+        rprops = _props(confidence, ev)
+        rprops += [("aibom.runtime.rule", r) for r in rt.rules]
+        rprops += [("aibom.runtime.version-from", v) for v in rt.version_from]
         out.append(
             Component(
                 bom_ref=_runtime_ref(name, version),
@@ -523,10 +613,31 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=name,
                 version=version,
                 purl=None,
-                sha256=(),
+                hashes=(),
                 confidence=confidence,
                 evidence=ev,
-                properties=tuple(sorted(_props(confidence, ev))),
+                properties=tuple(sorted(rprops)),
+                depends_on=(),
+            )
+        )
+    for (kind, name, endpoint), agent in builder.agents.items():
+        confidence = strongest(agent.confidences)
+        ev = agent.final_evidence()
+        aprops = _props(confidence, ev) + [("aibom.agent.rule", r) for r in agent.rules]
+        aprops.append(("aibom.agent.kind", kind))
+        if endpoint:
+            aprops.append(("aibom.agent.endpoint", endpoint))
+        out.append(
+            Component(
+                bom_ref=_agent_ref(kind, name, endpoint),
+                type="framework" if kind == "framework" else "service",
+                name=name,
+                version=None,
+                purl=None,
+                hashes=(),
+                confidence=confidence,
+                evidence=ev,
+                properties=tuple(sorted(aprops)),
                 depends_on=(),
             )
         )
@@ -537,7 +648,8 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
         props += [("aibom.model.origin", o) for o in model.origins]
         props += [("aibom.model.named-by", v) for v in model.named_by]
         props += [("aibom.model.served-name", s) for s in model.served]
-        purl = hf_purl(model.model_id, model.revision) if "huggingface" in model.origins else None
+        props += list(model.extra)
+        purl = _model_purl(model)
         out.append(
             Component(
                 bom_ref=_model_key_ref(key),
@@ -545,7 +657,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=model.model_id,
                 version=model.revision,
                 purl=purl,
-                sha256=(),
+                hashes=(),
                 confidence=confidence,
                 evidence=ev,
                 properties=tuple(sorted(props)),
@@ -564,7 +676,7 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
                 name=f"{kind}/{name}",
                 version=None,
                 purl=None,
-                sha256=(),
+                hashes=(),
                 confidence=Confidence.DECLARED,
                 evidence=ev,
                 properties=tuple(sorted(props)),
@@ -574,17 +686,30 @@ def _finish(builder: _Builder) -> tuple[Component, ...]:
     return tuple(sorted(out, key=lambda c: c.bom_ref))
 
 
+def _model_purl(model: _Model) -> str | None:
+    if "huggingface" in model.origins:
+        return hf_purl(model.model_id, model.revision)
+    if "oci" in model.origins:  # a KServe modelcar: `oci://<image reference>`
+        ref = model.model_id.removeprefix("oci://")
+        parsed = parse_image(ref)
+        return oci_purl(ref, parsed.digest if parsed is not None else None)
+    return None
+
+
 def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
     parsed = parse_image(ref)
     digests = sorted(img.digests)
     evidence = set(img.final_evidence())
     for acc in img.digests.values():
         evidence.update(acc.final_evidence())
+    for acc in img.invalid.values():
+        evidence.update(acc.final_evidence())  # where it was read; it proves nothing
     verified = any(Confidence.VERIFIED in acc.confidences for acc in img.digests.values())
     confidence = Confidence.VERIFIED if verified else Confidence.DECLARED
     ev = tuple(sorted(evidence))
     props = [*_props(confidence, ev), ("aibom.image.reference", ref)]
     props += [("aibom.image.digest", d) for d in digests]
+    props += [("aibom.image.digest.invalid", d) for d in sorted(img.invalid)]
     if parsed is not None and parsed.registry:
         name = parsed.repository
         version = parsed.tag if parsed.tag is not None else parsed.digest
@@ -596,7 +721,7 @@ def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
         name=name,
         version=version,
         purl=oci_purl(ref, digests[0] if len(digests) == 1 else None),
-        sha256=tuple(d.removeprefix("sha256:") for d in digests),
+        hashes=tuple(d for d in digests if valid_digest(d)),
         confidence=confidence,
         evidence=ev,
         properties=tuple(sorted(props)),
@@ -650,8 +775,11 @@ def _component_json(c: Component) -> dict[str, Any]:
         out["version"] = c.version
     if c.purl:
         out["purl"] = c.purl
-    if c.sha256:
-        out["hashes"] = [{"alg": "SHA-256", "content": h} for h in c.sha256]
+    if c.hashes:
+        out["hashes"] = [
+            {"alg": HASH_ALGORITHMS[alg], "content": hex_}
+            for alg, _, hex_ in (h.partition(":") for h in c.hashes)
+        ]
     if c.evidence:
         out["evidence"] = _evidence_json(c)
     out["properties"] = [{"name": n, "value": v} for n, v in c.properties]
@@ -699,9 +827,25 @@ def document_json(facts: Facts, *, tool_version: str, digest: str | None = None)
             },
             "component": _root_json(facts.root, facts.owned),
         },
-        "components": [_component_json(c) for c in facts.components],
+        "components": [_component_json(c) for c in facts.components if c.type != "service"],
         "dependencies": sorted(depends, key=lambda d: d["ref"]),
+        **_services_json(facts.components),
     }
+
+
+def _services_json(components: tuple[Component, ...]) -> dict[str, Any]:
+    """The LLM APIs called, as CycloneDX services (they have no `evidence`: properties say it)."""
+    out = []
+    for c in components:
+        if c.type != "service":
+            continue
+        svc: dict[str, Any] = {"bom-ref": c.bom_ref, "name": c.name}
+        endpoint = next((v for n, v in c.properties if n == "aibom.agent.endpoint"), None)
+        if endpoint:
+            svc["endpoints"] = [endpoint]
+        svc["properties"] = [{"name": n, "value": v} for n, v in c.properties]
+        out.append(svc)
+    return {"services": out} if out else {}
 
 
 def render(facts: Facts, *, tool_version: str, digest: str | None = None) -> bytes:

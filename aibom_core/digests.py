@@ -7,7 +7,9 @@ initContainerStatuses) and names the same IMAGE: after an in-place image
 change a container keeps reporting its old image and digest until it
 restarts, and that digest is not the new image's. Every match is returned;
 choosing between two digests of one tag (a rolling update) is not ours to do.
-Pure.
+An `imageID` whose digest breaks the OCI grammar (`SHA256:...`, uppercase
+hex, a wrong length) is returned with `valid=False`: kept as evidence, never
+reported as a digest. Pure.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from aibom_core.images import digest_of_image_id, parse_image, same_image
+from aibom_core.images import (
+    digest_of_image_id,
+    invalid_digest_of_image_id,
+    parse_image,
+    same_image,
+)
 
 _LISTS = (("containers", "containerStatuses"), ("initContainers", "initContainerStatuses"))
 
@@ -25,8 +32,9 @@ _LISTS = (("containers", "containerStatuses"), ("initContainers", "initContainer
 class ObservedDigest:
     image: str  # the pod spec image, as written
     container: str
-    digest: str  # "sha256:<hex>"
+    digest: str  # "sha256:<hex>"; as written when not valid
     pointer: str  # JSON pointer to the status imageID inside the pod
+    valid: bool = True  # False: the imageID's digest breaks the OCI grammar
 
 
 @lru_cache(maxsize=8192)
@@ -39,6 +47,15 @@ def status_digest(spec_image: str, status_image: str, image_id: str) -> str | No
     if pinned is not None and pinned.digest is not None and pinned.digest != digest:
         return None  # a pinned spec runs exactly its digest; anything else is stale
     return digest
+
+
+@lru_cache(maxsize=8192)
+def status_invalid_digest(spec_image: str, status_image: str, image_id: str) -> str | None:
+    """The malformed digest one container status reports for a spec image, as written."""
+    invalid = invalid_digest_of_image_id(image_id)
+    if invalid is None or not same_image(spec_image, status_image):
+        return None
+    return invalid
 
 
 def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
@@ -68,17 +85,20 @@ def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
             if image is None or not isinstance(image_id, str):
                 continue
             status_image = st.get("image")
-            digest = status_digest(
-                image, status_image if isinstance(status_image, str) else "", image_id
-            )
+            status_ref = status_image if isinstance(status_image, str) else ""
+            digest = status_digest(image, status_ref, image_id)
+            valid = digest is not None
             if digest is None:
-                continue
+                digest = status_invalid_digest(image, status_ref, image_id)
+                if digest is None:
+                    continue
             out.append(
                 ObservedDigest(
                     image=image,
                     container=str(name),
                     digest=digest,
                     pointer=f"/status/{status_key}/{j}/imageID",
+                    valid=valid,
                 )
             )
     return tuple(out)

@@ -18,7 +18,14 @@ from packageurl import PackageURL
 
 DOCKER_HUB = "docker.io"
 _DOCKER_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
-_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+# The OCI image-spec digest grammar (descriptor.md, "Digests"): `algorithm ":"
+# encoded`, with the registered algorithms' encodings fixed: sha256 is 64 and
+# sha512 is 128 LOWERCASE hex. Nothing is lowercased or trimmed for a match: an
+# uppercase or otherwise malformed value is evidence of nothing.
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}")
+# What a digest attempt looks like (to keep an invalid one as evidence).
+_DIGEST_LIKE = re.compile(r"[A-Za-z0-9]+(?:[+._-][A-Za-z0-9]+)*:\S+")
+HASH_ALGORITHMS = {"sha256": "SHA-256", "sha512": "SHA-512"}  # CycloneDX hash-alg names
 # A tag that is a version (`v0.8.5`, `1.3.1`, `24.08-trtllm-python-py3`):
 # the leading dotted numbers, with an optional pre/post-release suffix.
 _VERSION = re.compile(r"v?(\d+(?:\.\d+){1,3}(?:[.-]?(?:post|rc|dev)\d+)?)(?=$|[-_+])")
@@ -31,7 +38,7 @@ class ImageRef:
     registry: str  # "docker.io", "nvcr.io", "localhost:5000"
     path: str  # repository path without the registry: "library/nginx"
     tag: str | None
-    digest: str | None  # "sha256:<64 hex>" when the reference pins one
+    digest: str | None  # "sha256:<64 hex>" / "sha512:<128 hex>" when the reference pins one
 
     @property
     def repository(self) -> str:
@@ -52,6 +59,11 @@ class ImageRef:
         return out
 
 
+def valid_digest(value: str) -> bool:
+    """Whether a value is an OCI digest we can report: sha256 or sha512, lowercase hex."""
+    return bool(_DIGEST.fullmatch(value))
+
+
 @lru_cache(maxsize=4096)
 def parse_image(ref: str) -> ImageRef | None:
     """Normalise a reference as written in a spec; None when there is none."""
@@ -59,10 +71,11 @@ def parse_image(ref: str) -> ImageRef | None:
     if not ref or any(c.isspace() for c in ref):
         return None
     rest, _, digest_part = ref.partition("@")
-    digest = digest_part.lower() if _SHA256.fullmatch(digest_part.lower()) else None
+    digest = digest_part if _DIGEST.fullmatch(digest_part) else None
     if digest_part and digest is None:
-        # `repo@md5:...` or a truncated digest: keep what was written as the
-        # path rather than invent a normalisation for it.
+        # `repo@md5:...`, `repo@SHA256:...`, uppercase hex or a truncated
+        # digest: not an OCI reference. Keep what was written as the path
+        # rather than invent a normalisation (or a digest) for it.
         return ImageRef(registry="", path=ref, tag=None, digest=None)
     first, slash, remainder = rest.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
@@ -96,13 +109,37 @@ def digest_of_image_id(image_id: str) -> str | None:
 
     `docker-pullable://repo@sha256:...` (dockershim), `repo@sha256:...`
     (containerd, CRI-O) and a bare `sha256:...`; anything else is no digest.
+    The digest must be valid as written (`valid_digest`): an uppercase or
+    malformed one is not normalised into a valid one.
     """
+    candidate = _image_id_digest_part(image_id)
+    return candidate if candidate is not None and _DIGEST.fullmatch(candidate) else None
+
+
+@lru_cache(maxsize=4096)
+def invalid_digest_of_image_id(image_id: str) -> str | None:
+    """The digest-like value of an `imageID` that is not a valid digest, as written.
+
+    `repo@SHA256:...`, `sha256:<63 hex>`, `repo@md5:...`: kept as evidence,
+    never reported as a digest. None for a valid digest and for a value that
+    does not try to be one (`nginx:latest`, empty).
+    """
+    candidate = _image_id_digest_part(image_id)
+    if candidate is None or _DIGEST.fullmatch(candidate):
+        return None
+    at = "@" in image_id
+    if at or candidate[:7].lower() in ("sha256:", "sha512:"):
+        return candidate if (at and candidate) or _DIGEST_LIKE.fullmatch(candidate) else None
+    return None
+
+
+def _image_id_digest_part(image_id: str) -> str | None:
     value = image_id.strip()
     _scheme, sep, rest = value.partition("://")
     if sep:
         value = rest
-    candidate = value.rpartition("@")[2].lower()
-    return candidate if _SHA256.fullmatch(candidate) else None
+    candidate = value.rpartition("@")[2]
+    return candidate or None
 
 
 @lru_cache(maxsize=4096)

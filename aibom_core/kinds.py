@@ -64,6 +64,9 @@ tracked:
   - {group: nvidia.com, kind: DynamoComponentDeployment}
   - {group: apps.nvidia.com, kind: NIMService}
   - {group: leaderworkerset.x-k8s.io, kind: LeaderWorkerSet}
+  # KServe v1beta1: a root of its own (predictor model, storageUri, runtime),
+  # and under a NIMService with inferencePlatform: kserve.
+  - {group: serving.kserve.io, kind: InferenceService}
 walkOnly:
   - {group: apps, kind: ReplicaSet}
   - {group: "", kind: Pod}
@@ -71,10 +74,14 @@ walkOnly:
   - {group: grove.io, kind: PodCliqueScalingGroup}
   - {group: grove.io, kind: PodClique}
   # Chains the design does not list but real clusters have (ARCHITECTURE.md):
-  # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet, and
-  # NIMService -> KServe InferenceService. Walked, never reported.
+  # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet. Walked,
+  # never reported.
   - {group: disaggregatedset.x-k8s.io, kind: DisaggregatedSet}
-  - {group: serving.kserve.io, kind: InferenceService}
+  # KServe Serverless mode: InferenceService -> Knative Service ->
+  # Configuration -> Revision -> Deployment. Walked, never reported.
+  - {group: serving.knative.dev, kind: Service}
+  - {group: serving.knative.dev, kind: Configuration}
+  - {group: serving.knative.dev, kind: Revision}
 """
 
 

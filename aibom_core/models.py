@@ -8,6 +8,14 @@ scrapers), the command line (`--model`, `--model-path`, `--model-id`, their
 environment (`HF_MODEL_ID`, `MODEL_ID`, `MODEL_NAME`, `NIM_MODEL_NAME`, ...)
 and a NIM image name (`nvcr.io/nim/<publisher>/<model>`).
 
+Only a serving container names the served model: an init container (a
+download step, a native sidecar) and a known sidecar (`SIDECAR_NAMES`,
+`SIDECAR_IMAGES`: a mesh proxy, Knative's queue-proxy, KServe's agent)
+yield no model findings. A local path (`/models/x`, `./m`, `~/m`) is where a
+model lies, not which model it is: it gives an *unresolved* finding with the
+path as evidence (`detail`), never a model identity. A Triton
+`--model-repository` is recorded the same way when nothing else names a model.
+
 `--served-model-name` is an alias: it is recorded on the model the container
 loads, and becomes the model only when nothing else names one. A value that
 comes from a Secret or ConfigMap (`valueFrom`, or `$(VAR)` / `$VAR` naming
@@ -33,13 +41,43 @@ from aibom_core.commandline import (
 )
 from aibom_core.evidence import Confidence, Source
 from aibom_core.images import parse_image
-from aibom_core.scrape import Container, EnvVar, ModelDecl
+from aibom_core.scrape import Container, EnvVar, ModelDecl, kserve_storage
 
 MODEL_FLAGS = frozenset(
     {"--model", "--model-path", "--model-id", "--model_path", "--model_id", "--model-name"}
 )
 ALIAS_FLAGS = frozenset({"--served-model-name", "--served_model_name"})
 REVISION_FLAGS = frozenset({"--revision"})
+# A directory of models (Triton; TorchServe's `--model-store`): recorded only
+# when nothing else names a model, and never as a model identity.
+REPOSITORY_FLAGS = frozenset({"--model-repository", "--model_repository", "--model-store"})
+# Containers that never serve the pod's model, by exact container name ...
+SIDECAR_NAMES = frozenset(
+    {
+        "istio-proxy",
+        "istio-init",
+        "istio-validation",
+        "linkerd-proxy",
+        "linkerd-init",
+        "queue-proxy",
+        "vault-agent",
+        "vault-agent-init",
+        "cloud-sql-proxy",
+    }
+)
+# ... and by image repository path (whole segments, any registry).
+SIDECAR_IMAGES = (
+    "istio/proxyv2",
+    "linkerd/proxy",
+    "knative.dev/serving/cmd/queue",
+    "kserve/agent",
+    "kserve/storage-initializer",
+    "envoyproxy/envoy",
+    "hashicorp/vault",
+    "fluent/fluent-bit",
+    "otel/opentelemetry-collector",
+    "otel/opentelemetry-collector-contrib",
+)
 MODEL_ENV = frozenset(
     {
         "HF_MODEL_ID",
@@ -83,6 +121,21 @@ class ModelFinding:
     via: str  # "--model", "env MODEL_ID", "modelRef", "annotation", "nim-image", ...
     reason: str | None = None  # why it is unresolved
     served_names: tuple[str, ...] = ()
+    # (property, value) kept as evidence of an unresolved model:
+    # ("aibom.model.path", "/models/x"), ("aibom.model.repository", "s3://b/m")
+    detail: tuple[str, str] | None = None
+    properties: tuple[tuple[str, str], ...] = ()  # more said of a resolved model
+
+
+def is_sidecar(name: str, image: str) -> bool:
+    """A known sidecar, by exact container name or image repository (whole segments)."""
+    if name in SIDECAR_NAMES:
+        return True
+    parsed = parse_image(image)
+    if parsed is None or not parsed.registry:
+        return False
+    path = parsed.path
+    return any(path == s or path.endswith("/" + s) for s in SIDECAR_IMAGES)
 
 
 def normalise_id(value: str) -> tuple[str, str | None]:
@@ -105,6 +158,8 @@ def origin_of(model_id: str) -> str:
     """`huggingface`, `local-path`, `uri` or `name`: what kind of id this is."""
     if model_id.startswith(("/", "./", "~")):
         return "local-path"
+    if model_id.startswith("oci://"):
+        return "oci"  # a KServe modelcar: the model is an OCI artifact
     if "://" in model_id:
         return "uri"
     if is_hf_id(model_id):
@@ -153,6 +208,17 @@ def _value_finding(
             via=via,
             reason=f"{via} {value}: {why}",
         )
+    if origin_of(value) == "local-path":
+        return ModelFinding(
+            id=None,
+            revision=None,
+            confidence=Confidence.UNRESOLVED,
+            source=Source.SPEC,
+            pointer=tok_ptr,
+            via=via,
+            reason=f"{via} {value}: a local path, not a model identity",
+            detail=("aibom.model.path", value),
+        )
     return ModelFinding(
         id=value,
         revision=revision,
@@ -167,15 +233,21 @@ _Alias = tuple[str, str]  # (served name, pointer)
 
 
 def _flag_findings(
-    tokens: list[Token], env: Env
+    tokens: list[Token], env: Env, repositories: list[ModelFinding]
 ) -> tuple[list[ModelFinding], list[_Alias], list[str]]:
-    """Models, served names and revisions named by the flags of one command."""
+    """Models, served names and revisions named by the flags of one command.
+
+    Model repositories (`--model-repository`) go to `repositories`.
+    """
     models: list[ModelFinding] = []
     aliases: list[_Alias] = []
     revisions: list[str] = []
     n = len(tokens)
     for i, tok in enumerate(tokens):
         flag, eq, inline = tok.text.partition("=")
+        if flag in REPOSITORY_FLAGS:
+            _repository(tokens, i, inline if eq else None, env, repositories)
+            continue
         if flag not in MODEL_FLAGS and flag not in ALIAS_FLAGS and flag not in REVISION_FLAGS:
             continue
         if eq:
@@ -198,6 +270,33 @@ def _flag_findings(
                 revisions.append(text)
     models += _positional(tokens, env)
     return models, aliases, revisions
+
+
+def _repository(
+    tokens: list[Token], i: int, inline: str | None, env: Env, out: list[ModelFinding]
+) -> None:
+    flag = tokens[i].text.partition("=")[0]
+    if inline is not None:
+        value, ptr, shell = inline, tokens[i].pointer, tokens[i].shell
+    elif i + 1 < len(tokens):
+        value, ptr, shell = tokens[i + 1].text, tokens[i + 1].pointer, tokens[i + 1].shell
+    else:
+        return
+    value = (expand_shell(value, env) if shell else value).strip().strip("\"'")
+    if not value or value.startswith("-"):
+        return
+    out.append(
+        ModelFinding(
+            id=None,
+            revision=None,
+            confidence=Confidence.UNRESOLVED,
+            source=Source.SPEC,
+            pointer=ptr,
+            via=flag,
+            reason=f"{flag} {value}: a model repository; the models in it are not in the spec",
+            detail=("aibom.model.repository", value),
+        )
+    )
 
 
 def _positional(tokens: list[Token], env: Env) -> list[ModelFinding]:
@@ -235,6 +334,12 @@ def _env_findings(
         if var.name in seen:
             continue  # an operator-merged duplicate; the container's own wins
         seen.add(var.name)
+        if var.name == "STORAGE_URI" and var.value:
+            # KServe's custom-container convention: the storage initializer
+            # fetches it. Read like `storageUri`.
+            decl, _ = kserve_storage(expand_k8s(var.value, env), var.pointer)
+            models.append(_decl(decl))
+            continue
         if var.name in MODEL_ENV:
             if var.value is None:
                 models.append(
@@ -271,6 +376,17 @@ def _env_findings(
 
 
 def _decl(decl: ModelDecl) -> ModelFinding:
+    if decl.reason is not None or not decl.id:
+        return ModelFinding(
+            id=None,
+            revision=None,
+            confidence=Confidence.UNRESOLVED,
+            source=decl.source,
+            pointer=decl.pointer,
+            via=decl.via,
+            reason=decl.reason or f"{decl.via}: no model identity",
+            detail=decl.detail,
+        )
     model_id, url_revision = normalise_id(decl.id)
     return ModelFinding(
         id=model_id,
@@ -279,11 +395,17 @@ def _decl(decl: ModelDecl) -> ModelFinding:
         source=decl.source,
         pointer=decl.pointer,
         via=decl.via,
+        properties=decl.properties,
     )
 
 
 def models_of(c: Container) -> tuple[ModelFinding, ...]:
-    """Every model finding of one container (cached on its content, not its object)."""
+    """Every model finding of one container (cached on its content, not its object).
+
+    None for an init container or a known sidecar: they do not serve the model.
+    """
+    if c.init or is_sidecar(c.name, c.image):
+        return ()
     key = (c.image, c.image_pointer, c.command, c.command_pointer, c.args, c.args_pointer, c.env)
     return _models(key, c.models)
 
@@ -298,8 +420,9 @@ def _models(key: _Key, decls: tuple[ModelDecl, ...]) -> tuple[ModelFinding, ...]
     found: list[ModelFinding] = []
     aliases: list[_Alias] = []
     revisions: list[str] = []
+    repositories: list[ModelFinding] = []
     for tokens in segments(command, command_pointer, args, args_pointer, env):
-        m, a, r = _flag_findings(tokens, env)
+        m, a, r = _flag_findings(tokens, env, repositories)
         found += m
         aliases += a
         revisions += r
@@ -319,24 +442,31 @@ def _models(key: _Key, decls: tuple[ModelDecl, ...]) -> tuple[ModelFinding, ...]
                 via="nim-image",
             )
         )
+    if repositories and not found and not aliases and not decls:
+        found += repositories  # the only declaration: recorded, never an identity
     served = tuple(sorted({name for name, _ in aliases}))
     # A revision flag is the container's model's only when it is unambiguous.
     revision = revisions[0] if len(set(revisions)) == 1 else None
-    if aliases and not found:
-        # Only an alias names the model: it is a name, not necessarily the id.
+    if aliases and all(f.id is None and f.detail is not None for f in found):
+        # Only an alias names the model (a path or a repository names none):
+        # it is a name, not necessarily the id. The path stays as evidence.
         first: dict[str, str] = {}
         for name, ptr in aliases:
             first.setdefault(name, ptr)
-        return tuple(_decl(d) for d in decls) + tuple(
-            ModelFinding(
-                id=name,
-                revision=revision,
-                confidence=Confidence.INFERRED,
-                source=Source.SPEC,
-                pointer=first[name],
-                via="served-model-name",
+        return (
+            tuple(_decl(d) for d in decls)
+            + tuple(found)
+            + tuple(
+                ModelFinding(
+                    id=name,
+                    revision=revision,
+                    confidence=Confidence.INFERRED,
+                    source=Source.SPEC,
+                    pointer=first[name],
+                    via="served-model-name",
+                )
+                for name in served
             )
-            for name in served
         )
     out = []
     for f in found:
@@ -352,6 +482,7 @@ def _models(key: _Key, decls: tuple[ModelDecl, ...]) -> tuple[ModelFinding, ...]
                 pointer=f.pointer,
                 via=f.via,
                 served_names=tuple(s for s in served if s != f.id),
+                properties=f.properties,
             )
         )
     return tuple(_decl(d) for d in decls) + tuple(out)

@@ -33,6 +33,13 @@ Field paths, checked against the CRDs and examples in ../shared/upstream:
 - Grove PodClique: `spec.podSpec` (a PodSpec, not a template); PodCliqueSet:
   `spec.template.cliques[].spec.podSpec`
 - Pod: `spec.containers`, `spec.initContainers`
+- KServe InferenceService v1beta1: `spec.{predictor,transformer,explainer}`
+  (each an inline PodSpec: `containers` with the main one named
+  `kserve-container`, `initContainers`, `volumes`); the predictor's `model`
+  (ModelSpec: `modelFormat{name,version}`, `runtime`, `storageUri`,
+  `storage{key,path}`, `protocolVersion` and inline container fields), the
+  deprecated framework fields (`sklearn`, `huggingface`, ... with
+  `storageUri`), `workerSpec` (multi-node)
 
 Shapes are recognised by the fields present, not by apiVersion, and an object
 whose kind is unknown is tried against the generic pod-template places, so a
@@ -94,7 +101,12 @@ class ModelDecl:
     confidence: Confidence
     source: Source
     pointer: str
-    via: str  # "modelRef", "annotation", "status.model"
+    via: str  # "modelRef", "annotation", "status.model", "storageUri"
+    # An unresolved declaration (a storage location, not an identity): why,
+    # and the (property, value) kept as its evidence.
+    reason: str | None = None
+    detail: tuple[str, str] | None = None
+    properties: tuple[tuple[str, str], ...] = ()  # e.g. ("aibom.model.format", "huggingface")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +117,7 @@ class RuntimeDecl:
     confidence: Confidence
     source: Source
     pointer: str
+    rule: str = ""  # the field that declares it (`aibom.runtime.rule`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,10 +366,17 @@ def _dynamo_runtimes(
     out = []
     role = _DYNAMO_ROLES.get(component_type)
     if role is not None:
-        out.append(RuntimeDecl(role, Confidence.DECLARED, Source.SPEC, type_ptr))
+        out.append(
+            RuntimeDecl(role, Confidence.DECLARED, Source.SPEC, type_ptr, "field dynamo type")
+        )
     framework = _DYNAMO_BACKENDS.get(backend)
     if framework is not None and component_type in _DYNAMO_WORKER_TYPES:
-        out.append(RuntimeDecl(framework, Confidence.DECLARED, Source.SPEC, backend_ptr))
+        out.append(
+            RuntimeDecl(
+                framework, Confidence.DECLARED, Source.SPEC, backend_ptr,
+                "field dynamo backendFramework",
+            )
+        )  # fmt: skip
     return tuple(out)
 
 
@@ -396,7 +416,11 @@ def _component_v1beta1(
     if sidecar:
         sidecars[sidecar] = (
             RuntimeDecl(
-                "dynamo-frontend", Confidence.DECLARED, Source.SPEC, _ptr(base, "frontendSidecar")
+                "dynamo-frontend",
+                Confidence.DECLARED,
+                Source.SPEC,
+                _ptr(base, "frontendSidecar"),
+                "field dynamo frontendSidecar",
             ),
         )
     ctx = _replace(
@@ -472,7 +496,15 @@ def _component_v1alpha1(
                 volumes=(),
                 init=False,
                 in_pod=ctx.in_pod,
-                runtimes=(RuntimeDecl("dynamo-frontend", Confidence.DECLARED, Source.SPEC, sptr),),
+                runtimes=(
+                    RuntimeDecl(
+                        "dynamo-frontend",
+                        Confidence.DECLARED,
+                        Source.SPEC,
+                        sptr,
+                        "field dynamo frontendSidecar",
+                    ),
+                ),
             )
         )
     return out
@@ -618,13 +650,227 @@ def _scrape_nim(obj: Obj, ctx: _Ctx) -> list[Container]:
         init=False,
         in_pod=ctx.in_pod,
         models=tuple(models),
-        runtimes=(RuntimeDecl("nim", Confidence.DECLARED, Source.SPEC, "/spec/image"),),
+        runtimes=(
+            RuntimeDecl("nim", Confidence.DECLARED, Source.SPEC, "/spec/image", "kind NIMService"),
+        ),
     )
     out = [main]
     for key, init in (("initContainers", True), ("sidecarContainers", False)):
         for i, c in enumerate(_list(spec.get(key))):
             if isinstance(c, dict):
                 out.append(_nim_container(c, _ptr("/spec", key, i), ctx, init=init))
+    return out
+
+
+# --- KServe ------------------------------------------------------------------
+
+KSERVE_MAIN = "kserve-container"
+# The deprecated per-framework predictor fields, and the model format each is.
+_KSERVE_FRAMEWORKS = (
+    "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "pmml",
+    "lightgbm", "paddle", "huggingface",
+)  # fmt: skip
+# The ServingRuntime KServe picks for a model format (config/runtimes: the
+# autoSelect runtimes; v2-protocol sklearn/xgboost/lightgbm go to MLServer),
+# as our runtime names. Inferred: a cluster may install other runtimes.
+_KSERVE_FORMAT_RUNTIME = {
+    "huggingface": "kserve-huggingfaceserver",
+    "sklearn": "kserve-sklearnserver",
+    "xgboost": "kserve-xgbserver",
+    "lightgbm": "kserve-lgbserver",
+    "pmml": "kserve-pmmlserver",
+    "paddle": "kserve-paddleserver",
+    "tensorflow": "tensorflow-serving",
+    "pytorch": "torchserve",
+    "onnx": "triton",
+    "tensorrt": "triton",
+    "triton": "triton",
+    "mlflow": "mlserver",
+}
+_KSERVE_V2_MLSERVER = frozenset({"sklearn", "xgboost", "lightgbm"})
+# KServe's own ClusterServingRuntime names, as our runtime names.
+_KSERVE_RUNTIMES = {
+    "kserve-huggingfaceserver": "kserve-huggingfaceserver",
+    "kserve-huggingfaceserver-multinode": "kserve-huggingfaceserver",
+    "kserve-sklearnserver": "kserve-sklearnserver",
+    "kserve-xgbserver": "kserve-xgbserver",
+    "kserve-lgbserver": "kserve-lgbserver",
+    "kserve-pmmlserver": "kserve-pmmlserver",
+    "kserve-paddleserver": "kserve-paddleserver",
+    "kserve-tensorflow-serving": "tensorflow-serving",
+    "kserve-torchserve": "torchserve",
+    "kserve-tritonserver": "triton",
+    "kserve-mlserver": "mlserver",
+}
+KSERVE_MODEL_MOUNT = "/mnt/models"  # where the storage initializer puts the model
+
+
+def kserve_storage(uri: str, ptr: str) -> tuple[ModelDecl, Volume | None]:
+    """What a `storageUri` says: a model identity, or a location (unresolved) and its data.
+
+    `hf://org/model[:revision]` and `https://huggingface.co/org/model` name a
+    Hugging Face model; `oci://registry/repo:tag` a modelcar image (an OCI
+    artifact: the identity). `pvc://claim/path`, `s3://`, `gs://`, `https://`,
+    `azure://`, `hdfs://`... name a place: the model stays unresolved, the
+    URI is its evidence and the place a `data` component.
+    """
+    uri = uri.strip()
+    scheme, sep, rest = uri.partition("://")
+    scheme = scheme.lower()
+    if sep and scheme == "hf" and rest:
+        model, _, revision = rest.partition(":")
+        model = model.strip("/")
+        if model.count("/") == 1:
+            return ModelDecl(
+                id=model, revision=revision or None, confidence=Confidence.DECLARED,
+                source=Source.SPEC, pointer=ptr, via="storageUri",
+            ), None  # fmt: skip
+    if sep and scheme in ("http", "https") and rest.split("/")[0] in (
+        "huggingface.co", "www.huggingface.co", "hf.co",
+    ):  # fmt: skip
+        return ModelDecl(
+            id=uri, revision=None, confidence=Confidence.DECLARED,
+            source=Source.SPEC, pointer=ptr, via="storageUri",
+        ), None  # fmt: skip
+    if sep and scheme == "oci" and rest:
+        return ModelDecl(
+            id=uri, revision=None, confidence=Confidence.DECLARED,
+            source=Source.SPEC, pointer=ptr, via="storageUri",
+        ), None  # fmt: skip
+    volume: Volume | None = None
+    if sep and scheme == "pvc" and rest:
+        claim = rest.partition("/")[0]
+        volume = Volume(kind="pvc", name=claim, mount_path=None, pointer=ptr)
+    elif sep and rest:
+        volume = Volume(kind="storage-uri", name=uri, mount_path=None, pointer=ptr)
+    return ModelDecl(
+        id="",
+        revision=None,
+        confidence=Confidence.UNRESOLVED,
+        source=Source.SPEC,
+        pointer=ptr,
+        via="storageUri",
+        reason=f"storageUri {uri}: a storage location, not a model identity",
+        detail=("aibom.model.storage-uri", uri),
+    ), volume
+
+
+def _kserve_model_container(
+    spec: dict[str, Any], ptr: str, ctx: _Ctx, *, format_name: str, protocol: str
+) -> Container:
+    """The predictor's `model` (or a framework field): a container the runtime fills in."""
+    models: list[ModelDecl] = list(ctx.all_models)
+    volumes: list[Volume] = []
+    props: tuple[tuple[str, str], ...] = ()
+    fmt = _dict(spec.get("modelFormat"))
+    fmt_name = _str(fmt.get("name")).strip() or format_name
+    fmt_ptr = _ptr(ptr, "modelFormat", "name") if _str(fmt.get("name")) else ptr
+    if fmt_name:
+        version = _str(fmt.get("version")).strip()
+        props = (("aibom.model.format", f"{fmt_name}@{version}" if version else fmt_name),)
+    uri = _str(spec.get("storageUri")).strip()
+    if uri:
+        decl, volume = kserve_storage(uri, _ptr(ptr, "storageUri"))
+        models.append(_with(decl, props))
+        if volume is not None:
+            volumes.append(volume)
+    storage = _dict(spec.get("storage"))
+    if storage:
+        key, path = _str(storage.get("key")), _str(storage.get("path"))
+        where = " ".join(
+            x for x in (f"key {key}" if key else "", f"path {path}" if path else "") if x
+        )
+        models.append(
+            ModelDecl(
+                id="", revision=None, confidence=Confidence.UNRESOLVED, source=Source.SPEC,
+                pointer=_ptr(ptr, "storage"), via="storage",
+                reason=f"storage {where or '(empty)'}: a storage location, not a model identity",
+                detail=("aibom.model.storage-uri", f"storage {where}".strip()),
+                properties=props,
+            )
+        )  # fmt: skip
+    runtimes: list[RuntimeDecl] = []
+    runtime = _str(spec.get("runtime")).strip()
+    if runtime:
+        runtimes.append(
+            RuntimeDecl(
+                _KSERVE_RUNTIMES.get(runtime, runtime), Confidence.DECLARED, Source.SPEC,
+                _ptr(ptr, "runtime"), f"field kserve runtime {runtime}",
+            )
+        )  # fmt: skip
+    elif fmt_name:
+        name = _KSERVE_FORMAT_RUNTIME.get(fmt_name.lower())
+        if fmt_name.lower() in _KSERVE_V2_MLSERVER and protocol == "v2":
+            name = "mlserver"
+        if name is not None:
+            runtimes.append(
+                RuntimeDecl(
+                    name, Confidence.INFERRED, Source.SPEC, fmt_ptr,
+                    f"field kserve modelFormat {fmt_name}",
+                )
+            )  # fmt: skip
+    return Container(
+        subject=ctx.subject,
+        pointer=ptr,
+        name=_str(spec.get("name")) or KSERVE_MAIN,
+        image=_str(spec.get("image")),
+        image_pointer=_ptr(ptr, "image"),
+        command=_strs(spec.get("command")),
+        command_pointer=_ptr(ptr, "command"),
+        args=_strs(spec.get("args")),
+        args_pointer=_ptr(ptr, "args"),
+        env=_env(spec.get("env"), _ptr(ptr, "env")),
+        volumes=tuple(volumes),
+        init=False,
+        in_pod=ctx.in_pod,
+        models=tuple(models),
+        runtimes=tuple(runtimes),
+    )
+
+
+def _with(decl: ModelDecl, props: tuple[tuple[str, str], ...]) -> ModelDecl:
+    if not props:
+        return decl
+    return ModelDecl(
+        id=decl.id, revision=decl.revision, confidence=decl.confidence, source=decl.source,
+        pointer=decl.pointer, via=decl.via, reason=decl.reason, detail=decl.detail,
+        properties=decl.properties + props,
+    )  # fmt: skip
+
+
+def _scrape_isvc(obj: Obj, ctx: _Ctx) -> list[Container]:
+    spec = _dict(obj.get("spec"))
+    out: list[Container] = []
+    for component in ("predictor", "transformer", "explainer"):
+        comp = _dict(spec.get(component))
+        if not comp:
+            continue
+        base = _ptr("/spec", component)
+        # Custom containers: the inline PodSpec; `kserve-container` is the main one.
+        out += _pod_spec(comp, base, ctx)
+        if component != "predictor":
+            continue
+        protocol = ""
+        model = _dict(comp.get("model"))
+        if model:
+            protocol = _str(model.get("protocolVersion"))
+            out.append(
+                _kserve_model_container(
+                    model, _ptr(base, "model"), ctx, format_name="", protocol=protocol
+                )
+            )
+        for framework in _KSERVE_FRAMEWORKS:
+            fw = _dict(comp.get(framework))
+            if fw:
+                out.append(
+                    _kserve_model_container(
+                        fw, _ptr(base, framework), ctx, format_name=framework,
+                        protocol=_str(fw.get("protocolVersion")),
+                    )
+                )  # fmt: skip
+        worker = _dict(comp.get("workerSpec"))
+        if worker:
+            out += _pod_spec(worker, _ptr(base, "workerSpec"), ctx)
     return out
 
 
@@ -705,6 +951,7 @@ _SCRAPERS: dict[tuple[str, str], _Scraper] = {
     ("grove.io", "PodClique"): _scrape_podclique,
     ("grove.io", "PodCliqueSet"): _scrape_podcliqueset,
     ("", "Pod"): _scrape_pod,
+    ("serving.kserve.io", "InferenceService"): _scrape_isvc,
 }
 
 

@@ -2,6 +2,12 @@
 
     .venv/bin/python bench/scan_bench.py                 # 100,000 objects, 2,000 roots, 3 runs
     .venv/bin/python bench/scan_bench.py --objects 20000 --roots 400 --runs 5
+    .venv/bin/python bench/scan_bench.py --baseline /tmp/base   # before/after, one run
+
+`--baseline DIR`: DIR holds another version's packages (for example
+`git archive <commit> aibom_core aibom_rollup webhook annotator certs | tar -x -C DIR`);
+each mode then runs that version (PYTHONPATH=DIR) and this one alternately,
+on the same dump, so both see the same machine load.
 
 Generates the dump with bench/gen_dump.py (every ownership shape, pods with
 digests), then runs `aibom-rollup scan` as a separate process, once printing
@@ -25,10 +31,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one child process."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Run outside the checkout: `python -m` puts the working directory first on
+    # sys.path, which would shadow a --baseline PYTHONPATH.
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=tempfile.gettempdir()
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -44,7 +54,14 @@ def main() -> int:
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--roots", type=int, default=2_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="another version's packages, run alternately")
     args = ap.parse_args()
+    versions: dict[str, dict[str, str] | None] = {"": None}
+    if args.baseline is not None:
+        if not (args.baseline / "aibom_core").is_dir():
+            raise SystemExit(f"--baseline {args.baseline}: no aibom_core package there")
+        base_env = dict(os.environ, PYTHONPATH=str(args.baseline.resolve()))
+        versions = {"baseline ": base_env, "this     ": None}
     with tempfile.TemporaryDirectory(prefix="aibom-bench-") as tmp:
         dump = Path(tmp) / "dump.json"
         subprocess.run(
@@ -73,17 +90,20 @@ def main() -> int:
             flush=True,
         )
         for name, cmd in modes.items():
-            walls, rss = [], []
+            walls: dict[str, list[float]] = {v: [] for v in versions}
+            rss: dict[str, list[float]] = {v: [] for v in versions}
             for _ in range(args.runs):
-                w, r = run(cmd)
-                walls.append(w)
-                rss.append(r)
-            print(
-                f"{name:30s} wall {statistics.median(walls):6.2f} s  "
-                f"(min {min(walls):.2f}, max {max(walls):.2f})  "
-                f"peak RSS {statistics.median(rss):6.0f} MiB",
-                flush=True,
-            )
+                for version, env in versions.items():
+                    w, r = run(cmd, env)
+                    walls[version].append(w)
+                    rss[version].append(r)
+            for version in versions:
+                print(
+                    f"{version}{name:30s} wall {statistics.median(walls[version]):6.2f} s  "
+                    f"(min {min(walls[version]):.2f}, max {max(walls[version]):.2f})  "
+                    f"peak RSS {statistics.median(rss[version]):6.0f} MiB",
+                    flush=True,
+                )
         docs = list((Path(tmp) / "out").rglob("*.json"))
         print(f"documents written: {len(docs)}")
     return 0

@@ -63,6 +63,11 @@ PLURAL = {
     "PodClique": "podcliques",
     "DisaggregatedSet": "disaggregatedsets",
     "InferenceService": "inferenceservices",
+    # Knative Serving (KServe Serverless mode); only serving.knative.dev's
+    # Service is in the registry, never the core one.
+    "Service": "services",
+    "Configuration": "configurations",
+    "Revision": "revisions",
 }
 WEBHOOK = "aibom-rollup-webhook"
 ANNOTATOR = "aibom-rollup-annotator"

@@ -328,6 +328,62 @@ def test_pod_status_of_another_image_is_not_this_images_digest() -> None:
     assert doc.digests == ()
 
 
+@pytest.mark.parametrize(
+    "image_id",
+    [
+        "reg.io/app@sha256:" + "A" * 64,  # uppercase hex
+        "reg.io/app@SHA256:" + "1" * 64,  # uppercase algorithm
+        "reg.io/app@sha256:" + "1" * 63,  # wrong length
+        "reg.io/app@sha512:" + "1" * 64,  # sha512 of sha256's length
+    ],
+)
+def test_an_invalid_status_digest_is_evidence_not_a_digest(image_id: str) -> None:
+    dep = deployment(containers=[{"name": "app", "image": "reg.io/app:1"}])
+    pods = (pod_of(dep, "web-1", [("app", "reg.io/app:1", image_id)]),)
+    doc = build(view(dep, pods=pods))
+    (image,) = components(doc, "container")
+    assert "hashes" not in image
+    assert props(image, "aibom.image.digest") == []
+    assert props(image, "aibom.image.digest.invalid") == [image_id.rpartition("@")[2]]
+    assert props(image, "aibom.evidence.pod-status") == [
+        "Pod/web-1#/status/containerStatuses/0/imageID"
+    ]
+    assert prop(image, "aibom.confidence") == "declared"  # never verified by it
+    assert image["purl"] == "pkg:oci/app?repository_url=reg.io/app&tag=1"
+    assert doc.digests == ()
+
+
+@pytest.mark.parametrize(
+    ("image_id", "alg", "content"),
+    [
+        (f"reg.io/app@{D1}", "SHA-256", "1" * 64),
+        ("reg.io/app@sha512:" + "a" * 128, "SHA-512", "a" * 128),
+    ],
+)
+def test_a_valid_status_digest_is_a_verified_hash(image_id: str, alg: str, content: str) -> None:
+    dep = deployment(containers=[{"name": "app", "image": "reg.io/app:1"}])
+    pods = (pod_of(dep, "web-1", [("app", "reg.io/app:1", image_id)]),)
+    doc = build(view(dep, pods=pods))
+    (image,) = components(doc, "container")
+    assert image["hashes"] == [{"alg": alg, "content": content}]
+    assert prop(image, "aibom.confidence") == "verified"
+    assert props(image, "aibom.image.digest.invalid") == []
+
+
+def test_an_invalid_spec_digest_is_evidence_not_a_digest() -> None:
+    bad = "reg.io/app@sha256:" + "A" * 64
+    dep = deployment(containers=[{"name": "app", "image": bad}])
+    doc = build(view(dep))
+    (image,) = components(doc, "container")
+    assert image["name"] == bad  # not a reference: kept as written
+    assert "hashes" not in image and "purl" not in image
+    assert props(image, "aibom.image.digest.invalid") == ["sha256:" + "A" * 64]
+    assert props(image, "aibom.evidence.spec") == [
+        "Deployment/web#/spec/template/spec/containers/0/image"
+    ]
+    assert doc.digests == ()
+
+
 def test_pod_only_images_are_reported_with_pod_evidence() -> None:
     dep = deployment()
     pods = []
@@ -441,9 +497,15 @@ def test_annotation_model_and_pvc_model_source() -> None:
     assert props(ann, "aibom.evidence.annotation") == [
         "Deployment/web#/metadata/annotations/model.aibom.dev~1name"
     ]
-    local = refs["model:/models/llama-3-8b"]
-    assert prop(local, "aibom.model.origin") == "local-path"
-    assert depends(doc)["model:/models/llama-3-8b"] == ["data:pvc/llama-weights"]
+    # A directory is where a model lies, not which: unresolved, the path kept.
+    assert "model:/models/llama-3-8b" not in refs
+    local = refs["model:unresolved:docker.io/vllm/vllm-openai:v0.8.5"]
+    assert prop(local, "aibom.model.path") == "/models/llama-3-8b"
+    assert prop(local, "aibom.model.unresolved") == (
+        "--model /models/llama-3-8b: a local path, not a model identity"
+    )
+    assert depends(doc)[local["bom-ref"]] == ["data:pvc/llama-weights"]
+    assert doc.models == ("meta-llama/Meta-Llama-3-8B",)
     assert prop(refs["data:pvc/llama-weights"], "aibom.data.mount-path") == "/models"
     assert "data:hostpath//var/log/x" in refs  # mounted by a serving container
     assert depends(doc)["model:meta-llama/Meta-Llama-3-8B@62bd457"] == []

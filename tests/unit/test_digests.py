@@ -66,6 +66,33 @@ def test_observed(obj: dict[str, Any], expected: list[tuple[str, str, str, str]]
     assert [(o.image, o.container, o.digest, o.pointer) for o in observed_digests(obj)] == expected
 
 
+@pytest.mark.parametrize(
+    "image_id",
+    [
+        "nginx@sha256:" + "A" * 64,
+        "nginx@SHA256:" + "1" * 64,
+        "docker-pullable://nginx@sha256:" + "1" * 63,
+        "sha256:" + "1" * 65,
+    ],
+)
+def test_an_invalid_digest_is_kept_but_not_valid(image_id: str) -> None:
+    obj = pod([("main", "nginx")], [("main", "docker.io/library/nginx:latest", image_id)])
+    (seen,) = observed_digests(obj)
+    assert seen.valid is False
+    assert seen.digest == image_id.rpartition("@")[2]  # as written, never lowercased
+    assert seen.pointer == "/status/containerStatuses/0/imageID"
+
+
+def test_a_valid_digest_is_valid() -> None:
+    obj = pod([("main", "nginx")], [("main", "nginx", f"nginx@{D1}")])
+    assert [(o.digest, o.valid) for o in observed_digests(obj)] == [(D1, True)]
+
+
+def test_an_invalid_digest_of_another_image_is_not_kept() -> None:
+    obj = pod([("main", "nginx:1.27")], [("main", "nginx:1.26", "nginx@SHA256:" + "1" * 64)])
+    assert observed_digests(obj) == ()
+
+
 def test_an_init_status_does_not_resolve_a_regular_container() -> None:
     obj = pod([("main", "nginx")], [])
     obj["status"]["initContainerStatuses"] = [{"name": "main", "image": "nginx", "imageID": D1}]

@@ -7,9 +7,11 @@ import pytest
 from aibom_core.images import (
     canonical,
     digest_of_image_id,
+    invalid_digest_of_image_id,
     oci_purl,
     parse_image,
     same_image,
+    valid_digest,
     version_of_tag,
 )
 
@@ -34,7 +36,13 @@ D2 = "sha256:" + "b" * 64
         ("NVCR.IO/nvidia/x:1", "nvcr.io/nvidia/x:1"),
         (f"repo@{D1}", f"docker.io/library/repo@{D1}"),
         (f"gcr.io/x/y:1@{D1}", f"gcr.io/x/y:1@{D1}"),
-        ("repo@sha256:" + "A" * 64, f"docker.io/library/repo@sha256:{'a' * 64}"),
+        # OCI digests are lowercase hex of a fixed length: anything else is
+        # kept as written, never normalised into a valid-looking digest.
+        ("repo@sha256:" + "A" * 64, "repo@sha256:" + "A" * 64),
+        ("repo@SHA256:" + "a" * 64, "repo@SHA256:" + "a" * 64),
+        ("repo@sha256:" + "a" * 63, "repo@sha256:" + "a" * 63),
+        ("repo@sha512:" + "a" * 64, "repo@sha512:" + "a" * 64),
+        ("repo@sha512:" + "a" * 128, "docker.io/library/repo@sha512:" + "a" * 128),
         # Written as upstream ships it (an unexpanded template variable): kept.
         ("nvcr.io/nvidia/ai-dynamo/vllm-runtime:${VERSION}",
          "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${VERSION}"),
@@ -91,15 +99,63 @@ def test_oci_purl(ref: str, digest: str | None, purl: str | None) -> None:
         (f"docker.io/library/nginx@{D1}", D1),
         (D1, D1),
         (f"docker://{D1}", D1),
-        ("sha256:" + "A" * 64, D1),
+        ("sha512:" + "a" * 128, "sha512:" + "a" * 128),
+        (f"repo@sha512:{'b' * 128}", "sha512:" + "b" * 128),
+        # Invalid per the OCI grammar: no digest (kept as evidence, below).
+        ("sha256:" + "A" * 64, None),
+        ("repo@sha256:" + "a" * 63 + "A", None),
+        ("SHA256:" + "a" * 64, None),
+        ("repo@sha256:" + "a" * 65, None),
+        ("sha512:" + "a" * 64, None),
+        ("md5:" + "a" * 32, None),
         ("", None),
         ("docker.io/library/nginx:latest", None),
         ("sha256:abc", None),
-        ("sha512:" + "a" * 128, None),
     ],
 )
 def test_digest_of_image_id(image_id: str, digest: str | None) -> None:
     assert digest_of_image_id(image_id) == digest
+
+
+@pytest.mark.parametrize(
+    ("image_id", "invalid"),
+    [
+        ("sha256:" + "A" * 64, "sha256:" + "A" * 64),
+        ("docker-pullable://repo@SHA256:" + "a" * 64, "SHA256:" + "a" * 64),
+        ("repo@sha256:" + "a" * 63, "sha256:" + "a" * 63),
+        ("repo@md5:" + "a" * 32, "md5:" + "a" * 32),
+        ("sha256:abc", "sha256:abc"),
+        # Valid digests and values that are no digest attempt at all.
+        (D1, None),
+        (f"repo@{D1}", None),
+        ("sha512:" + "a" * 128, None),
+        ("docker.io/library/nginx:latest", None),
+        ("", None),
+        ("repo@", None),
+    ],
+)
+def test_invalid_digest_of_image_id(image_id: str, invalid: str | None) -> None:
+    assert invalid_digest_of_image_id(image_id) == invalid
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        (D1, True),
+        ("sha512:" + "0" * 128, True),
+        ("sha256:" + "A" * 64, False),
+        ("SHA256:" + "a" * 64, False),
+        ("sha256:" + "a" * 63, False),
+        ("sha256:" + "a" * 65, False),
+        ("sha256:" + "g" * 64, False),
+        ("sha512:" + "a" * 64, False),
+        (" " + D1, False),
+        ("sha384:" + "a" * 96, False),
+        ("", False),
+    ],
+)
+def test_valid_digest(value: str, valid: bool) -> None:
+    assert valid_digest(value) is valid
 
 
 @pytest.mark.parametrize(

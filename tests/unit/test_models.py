@@ -149,8 +149,8 @@ def test_unresolved_says_why() -> None:
 
 
 def test_served_names_ride_on_the_model() -> None:
-    (f,) = models_of(container(args=["--model", "/models/q", "--served-model-name", "qwen"]))
-    assert (f.id, f.served_names) == ("/models/q", ("qwen",))
+    (f,) = models_of(container(args=["--model", QWEN, "--served-model-name", "qwen"]))
+    assert (f.id, f.served_names) == (QWEN, ("qwen",))
 
 
 def test_nim_image_model() -> None:

@@ -1,0 +1,220 @@
+"""KServe InferenceService on the real control plane, with the upstream v1beta1 CRD.
+
+KServe's controller is not built here, so the test plays its RawDeployment
+mode: it writes the Deployment KServe would make (its `kserve-container`, the
+storage-initializer init container) and then the controller ownerReference
+KServe's controller sets. Kubernetes' own deployment controller makes the
+ReplicaSet and Pods. The real webhook stamps at admission and the real
+annotator writes the documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl
+from tests.integration.test_annotator import (  # noqa: F401 -- fixtures, used by name
+    LABEL_KEY,
+    Annotator,
+    Obj,
+    apply,
+    docs,
+    document,
+    get,
+    identity,
+    meta,
+    ns,
+    owned,
+    owner_ref,
+    start,
+    wait_doc,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+# Vendored here, not in ../shared/upstream: always from tests/upstream (SOURCES.md).
+KSERVE = REPO_ROOT / "tests" / "upstream" / "kserve"
+CRD = KSERVE / "crds" / "serving.kserve.io_inferenceservices.yaml"
+SERVER = "kserve/huggingfaceserver:v0.15.2"
+INIT = "kserve/storage-initializer:v0.15.2"
+MODEL = "meta-llama/Llama-2-7b-chat-hf"
+
+
+def isvc(namespace: str) -> Obj:
+    """The upstream sample `docs/samples/storage/hf/hf_isvc.yaml`, in RawDeployment mode."""
+    obj: Obj = yaml.safe_load((KSERVE / "examples" / "hf_isvc.yaml").read_text())
+    obj["metadata"]["namespace"] = namespace
+    obj["metadata"]["annotations"] = {"serving.kserve.io/deploymentMode": "RawDeployment"}
+    return obj
+
+
+def predictor_deployment(namespace: str, name: str, owner: Obj | None) -> Obj:
+    """The Deployment KServe's RawDeployment reconciler makes for a predictor."""
+    labels = {"app": f"isvc.{name}", "serving.kserve.io/inferenceservice": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(namespace, name, owner),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "initContainers": [
+                        {"name": "storage-initializer", "image": INIT,
+                         "args": [f"hf://{MODEL}", "/mnt/models"]},
+                    ],
+                    "containers": [
+                        {"name": "kserve-container", "image": SERVER,
+                         "args": ["--model_name=llama2", "--model_dir=/mnt/models",
+                                  "--backend=huggingface"]},
+                    ],
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+def stamp(cp: ControlPlane, path: str) -> dict[str, str]:
+    obj = get(cp, path) or {}
+    ann = obj.get("metadata", {}).get("annotations") or {}
+    return {k: v for k, v in ann.items() if k.startswith("aibom.dev/")}
+
+
+def test_inference_service_is_a_root_with_its_raw_deployment_rolled_up(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    ns: str,  # noqa: F811 -- the annotator tests' fixture
+    start: Callable[..., Annotator],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_webhook import Webhook, shipped_role
+    from tests.integration.test_webhook import grant as grant_webhook
+
+    assert control_plane.install_crd(CRD) == ["inferenceservices.serving.kserve.io"]
+    hook = Webhook(
+        control_plane,
+        tmp_path,
+        name="aibom-rollup-kserve-test",
+        kubeconfig=grant_webhook(control_plane, kubectl, "aibom-webhook-kserve", shipped_role()),
+        selector={LABEL_KEY: ns},
+    )
+    hook.start()
+    hook.register(kubectl)
+    try:
+        probe = isvc(ns)
+        probe["metadata"]["name"] = "probe"
+
+        def webhook_on() -> bool:
+            out = kubectl(
+                "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)
+            )
+            ann = json.loads(out.stdout)["metadata"].get("annotations") or {}
+            return ann.get("aibom.dev/rollup") == "root"
+
+        wait_for("the webhook to stamp InferenceServices", webhook_on)
+        a = start()
+        root = apply(kubectl, isvc(ns))
+        name = root["metadata"]["name"]
+        root_uid = root["metadata"]["uid"]
+        # The webhook stamped the InferenceService as a root at admission.
+        assert root["metadata"]["annotations"]["aibom.dev/rollup"] == "root"
+        assert root["metadata"]["annotations"]["aibom.dev/root"] == f"InferenceService/{name}"
+
+        # Its document: model from storageUri, runtime from the model format.
+        cm = wait_doc(control_plane, ns, f"aibom-inferenceservice-{name}", containing=(MODEL,))
+        doc = document(cm)
+        models = [c for c in doc["components"] if c["type"] == "machine-learning-model"]
+        assert [(m["name"], m.get("purl")) for m in models] == [(MODEL, f"pkg:huggingface/{MODEL}")]
+        assert [c["name"] for c in doc["components"] if c["type"] == "framework"] == [
+            "kserve-huggingfaceserver"
+        ]
+
+        # The predictor Deployment, as KServe's RawDeployment reconciler makes it:
+        # controller-owned by the InferenceService from its creation.
+        predictor = f"{name}-predictor"
+        apply(kubectl, predictor_deployment(ns, predictor, root))
+        # A second one made before its owner reference was set (an adoption):
+        # first its own root with its own document, then rolled up, the document gone.
+        late = f"{name}-late"
+        apply(kubectl, predictor_deployment(ns, late, None))
+        wait_doc(control_plane, ns, f"aibom-deployment-{late}")
+        kubectl(
+            "patch", "-n", ns, f"deployment/{late}", "--type=merge",
+            "-p", json.dumps({"metadata": {"ownerReferences": [owner_ref(root)]}}),
+        )  # fmt: skip
+        cm = wait_doc(
+            control_plane,
+            ns,
+            f"aibom-inferenceservice-{name}",
+            containing=(f"Deployment/{predictor}", f"Deployment/{late}"),
+        )
+        wait_for(
+            "only the InferenceService's document",
+            lambda: set(docs(control_plane, ns)) == {f"aibom-inferenceservice-{name}"},
+        )
+        doc = document(cm)
+        assert owned(doc) == [f"Deployment/{late}", f"Deployment/{predictor}"]
+        images = sorted(c["name"] for c in doc["components"] if c["type"] == "container")
+        assert images == [
+            "docker.io/kserve/huggingfaceserver",
+            "docker.io/kserve/storage-initializer",
+        ]
+        # The init container's hf:// argument does not make a second model.
+        models = [c["name"] for c in doc["components"] if c["type"] == "machine-learning-model"]
+        assert models == [MODEL]
+        assert a.metric("aibom_annotator_documents_deleted_total", {"reason": "rolled_up"}) >= 1
+
+        # Stamps: everything under the InferenceService rolls up to it.
+        want = {
+            "aibom.dev/rollup": "rolled-up",
+            "aibom.dev/root": f"InferenceService/{name}",
+            "aibom.dev/root-uid": root_uid,
+        }
+
+        def observed() -> dict[str, dict[str, str]]:
+            out: dict[str, dict[str, str]] = {}
+            for path in (
+                f"/apis/apps/v1/namespaces/{ns}/deployments",
+                f"/apis/apps/v1/namespaces/{ns}/replicasets",
+                f"/api/v1/namespaces/{ns}/pods",
+            ):
+                for o in (get(control_plane, path) or {}).get("items", []):
+                    ann = o["metadata"].get("annotations") or {}
+                    key = f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
+                    out[key] = {k: v for k, v in ann.items() if k.startswith("aibom.dev/")}
+            return out
+
+        def predictor_tree() -> dict[str, dict[str, str]]:
+            return {k: v for k, v in observed().items() if f"/{predictor}" in k}
+
+        try:
+            wait_for(
+                "the predictor Deployment, its ReplicaSet and Pod stamped rolled-up",
+                lambda: len(t := predictor_tree()) == 3 and all(v == want for v in t.values()),
+                90,
+            )
+            late_path = f"/apis/apps/v1/namespaces/{ns}/deployments/{late}"
+            wait_for(
+                "the adopted Deployment restamped", lambda: stamp(control_plane, late_path) == want
+            )
+        except BaseException:
+            print("stamps:", json.dumps(observed(), indent=1, sort_keys=True))
+            print([r for r in a.records() if "stamp" in json.dumps(r)][-20:])
+            raise
+        isvc_path = f"/apis/serving.kserve.io/v1beta1/namespaces/{ns}/inferenceservices/{name}"
+        wait_for(
+            "the InferenceService's root-uid",
+            lambda: stamp(control_plane, isvc_path).get("aibom.dev/root-uid") == root_uid,
+        )
+        assert stamp(control_plane, isvc_path)["aibom.dev/rollup"] == "root"
+    finally:
+        hook.unregister(kubectl)
+        hook.stop()
