@@ -44,6 +44,11 @@ class Keys:
     def reason(self) -> str:
         return f"{self.prefix}rollup-reason"
 
+    @property
+    def edge_proof(self) -> str:
+        """The webhook's proof that an object's controller edge was proven (issue 12)."""
+        return f"{self.prefix}edge-proof"
+
     def all(self) -> tuple[str, str, str, str]:
         return (self.root, self.root_uid, self.rollup, self.reason)
 
@@ -76,7 +81,9 @@ def stamp_of(result: WalkResult) -> Stamp:
         root_uid=(root.uid or None) if root else None,
         rollup=result.status.value,
         reason=(
-            str(result.failure) if result.status is Rollup.UNRESOLVED and result.failure else None
+            str(result.failure)
+            if result.status in (Rollup.UNRESOLVED, Rollup.UNPROVEN) and result.failure
+            else None
         ),
     )
 
