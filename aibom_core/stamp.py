@@ -158,6 +158,10 @@ def mirror_deployment(stamp: Stamp, *, subject: GroupKind, owner: Obj | None, ke
     """
     if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
         return stamp
+    if stamp.rollup == Rollup.UNPROVEN.value:
+        # Its edge to the Deployment is not proven (issue 12): the Deployment's
+        # stamp says nothing about it (a forged ReplicaSet inherits nothing).
+        return stamp
     ann = annotations_of(owner)
     if not any(k in ann for k in keys.all()):
         return stamp

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from aibom_core.graph import OwnershipGraph, key_of
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
+from aibom_core.provenance import ProofTrust
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import MANAGED_BY, MANAGED_BY_LABEL, DocLabels
 from annotator.keys import RootKey, SweepKey
@@ -36,6 +37,8 @@ from annotator.keys import RootKey, SweepKey
 NAMESPACE = GroupKind("", "Namespace")
 CONFIGMAP = GroupKind("", "ConfigMap")
 DEFAULT_OPT_IN_LABEL = "aibom.dev/enabled"
+# Provenance (issue 12): the guard's opt-out label.
+GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
 
 CmName = tuple[str, str]  # namespace, name
 
@@ -78,9 +81,20 @@ class ClusterState:
         max_depth: int = DEFAULT_MAX_DEPTH,
         opt_in_label: tuple[str, str] = (DEFAULT_OPT_IN_LABEL, "true"),
         labels: DocLabels | None = None,
+        provenance_key: bytes | None = None,
+        proof_annotation: str = "aibom.dev/edge-proof",
+        trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
-        self.graph = OwnershipGraph(registry, max_depth=max_depth)
+        # Provenance (issue 12): an edge counts when its namespace is guarded
+        # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
+        self.binding_exists = False
+        self.trust = ProofTrust(
+            key=provenance_key, proof_annotation=proof_annotation, guarded=self.guarded
+        )
+        self.graph = OwnershipGraph(
+            registry, max_depth=max_depth, trust=None if trust_all else self.trust
+        )
         self.registry = registry
         self.opt_in_label = opt_in_label
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -95,6 +109,40 @@ class ClusterState:
 
     def opted_in(self, namespace: str) -> bool:
         return namespace in self._opted
+
+    def guard_disabled(self, namespace: str) -> bool:
+        """Opted in, but labelled out of the provenance guard."""
+        labels = self.namespaces.get(namespace) or {}
+        return labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]
+
+    def guarded(self, namespace: str) -> bool:
+        """The contract's guarded namespace: opted in, no opt-out label, binding exists."""
+        return (
+            self.binding_exists and namespace in self._opted and not self.guard_disabled(namespace)
+        )
+
+    def set_binding(self, exists: bool) -> Dirty:
+        """The guard's binding appeared or went away: every walk may change."""
+        if exists == self.binding_exists:
+            return Dirty()
+        self.binding_exists = exists
+        return Dirty(full=not self.bulk)
+
+    def unproven_edges(self) -> Counter[str]:
+        """Per opted-in namespace, controller edges (to a known owner) that are not proven."""
+        out: Counter[str] = Counter()
+        graph = self.graph
+        if graph.trust is None:
+            return out
+        for key in list(graph.keys()):
+            ref = graph.ref(key)
+            if ref is None or ref.namespace not in self._opted or graph.parent_of(key) is None:
+                continue
+            obj = graph.get(key)
+            owner = controller_ref(obj) if obj is not None else None
+            if obj is not None and owner is not None and graph.trust(obj, ref, owner) is not None:
+                out[ref.namespace] += 1
+        return out
 
     def _labelled(self, labels: Mapping[str, str]) -> bool:
         key, value = self.opt_in_label
@@ -121,7 +169,11 @@ class ClusterState:
             if wanted is not None and ref.namespace not in wanted:
                 continue
             result = self.graph.resolve_key(key)
-            if result is not None and result.status in (Rollup.ROOT, Rollup.UNRESOLVED):
+            if result is not None and result.status in (
+                Rollup.ROOT,
+                Rollup.UNRESOLVED,
+                Rollup.UNPROVEN,
+            ):
                 out.append(RootKey.of(ref))
         out.sort()
         return out
@@ -305,11 +357,18 @@ class ClusterState:
             self._opted_frozen = frozenset(self._opted)
             return Dirty()
         labels = meta.get("labels")
+        was_guarded = self.guarded(name)
+        roots_before = set(self.roots([name])) if not self.bulk and was else set()
         self.namespaces[name] = dict(labels) if isinstance(labels, dict) else {}
         now = self._labelled(self.namespaces[name])
         if now != was:
             (self._opted.add if now else self._opted.discard)(name)
             self._opted_frozen = frozenset(self._opted)
+        if not self.bulk and was and now and self.guarded(name) != was_guarded:
+            # Guarded or not any more (opt-out label): which edges count changed.
+            dirty = Dirty(roots=roots_before | set(self.roots([name])))
+            dirty.stamps = set(self.graph.namespace_keys(name))
+            return dirty
         if self.bulk or was == now:
             return Dirty()
         if now:

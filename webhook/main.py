@@ -25,9 +25,25 @@ from aiohttp import web
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
 from aibom_rollup import logs
-from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
+from aibom_rollup.cli import (
+    UsageError,
+    add_core_options,
+    keys_of,
+    provenance_key_of,
+    registry_of,
+)
 from webhook.app import Admitter, Readiness, make_app
 from webhook.metrics import Metrics
+from webhook.provenance import (
+    DEFAULT_GUARD_TTL,
+    DEFAULT_SAR_SIZE,
+    DEFAULT_SAR_TTL,
+    EdgeChecker,
+    GuardCache,
+    Provenance,
+    ProvenanceSource,
+    SarCache,
+)
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_CACHE_TTL,
@@ -98,6 +114,37 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"owners kept at most, least recently used go first (default {DEFAULT_CACHE_SIZE})",
     )
+    prov = p.add_argument_group("provenance (who may set a controller reference)")
+    prov.add_argument(
+        "--provenance-key",
+        metavar="FILE",
+        help="key of the aibom.dev/edge-proof annotation (base64 text of 32 random bytes, "
+        "as `aibom-rollup certs` writes provenance.key; the annotator needs the same "
+        "file). Without it edges are still checked and stamped, but no proof is written",
+    )
+    prov.add_argument(
+        "--sar-cache-ttl",
+        type=float,
+        default=DEFAULT_SAR_TTL,
+        metavar="SECONDS",
+        help="how long a SubjectAccessReview verdict (per identity and owner) is reused "
+        f"(0 disables; default {DEFAULT_SAR_TTL:g})",
+    )
+    prov.add_argument(
+        "--sar-cache-size",
+        type=int,
+        default=DEFAULT_SAR_SIZE,
+        metavar="N",
+        help=f"verdicts kept at most (default {DEFAULT_SAR_SIZE})",
+    )
+    prov.add_argument(
+        "--namespace-label",
+        default="aibom.dev/enabled=true",
+        metavar="KEY=VALUE",
+        help="the opt-in label; with the ValidatingAdmissionPolicyBinding "
+        "aibom-rollup-provenance and no aibom.dev/provenance-guard=disabled label it makes "
+        "a namespace guarded (default aibom.dev/enabled=true)",
+    )
     add_core_options(p)
     logs = p.add_argument_group("logging")
     logs.add_argument(
@@ -125,22 +172,39 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
     if not 1 <= args.max_depth <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+    if args.sar_cache_ttl < 0 or args.sar_cache_size < 1:
+        raise UsageError("--sar-cache-ttl must be >= 0 and --sar-cache-size >= 1")
 
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     registry = registry_of(args)
     keys = keys_of(args)
+    key = provenance_key_of(args)
+    label_key, sep, label_value = args.namespace_label.partition("=")
+    if not label_key.strip():
+        raise UsageError(
+            f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
+        )
+    opt_in = (label_key.strip(), label_value.strip() if sep else "true")
     configure_logging(level=args.log_level, fmt=args.log_format)
     try:
         reloader = CertReloader(args.cert_file, args.key_file, interval=args.cert_check_interval)
     except CertError as exc:
         raise UsageError(str(exc)) from None
-    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader))
+    return asyncio.run(
+        _main(args, registry=registry, keys=keys, reloader=reloader, key=key, opt_in=opt_in)
+    )
 
 
 async def _main(
-    args: argparse.Namespace, *, registry: KindRegistry, keys: Keys, reloader: CertReloader
+    args: argparse.Namespace,
+    *,
+    registry: KindRegistry,
+    keys: Keys,
+    reloader: CertReloader,
+    key: bytes | None,
+    opt_in: tuple[str, str],
 ) -> int:
     from aibom_rollup.kube import Kube, KubeError
 
@@ -162,7 +226,16 @@ async def _main(
             cache=OwnerCache(ttl=args.owner_cache_ttl, size=args.owner_cache_size),
             max_depth=args.max_depth,
             shutdown_grace=args.shutdown_grace,
+            provenance_source=kube,
+            provenance_key=key,
+            sar_cache=SarCache(ttl=args.sar_cache_ttl, size=args.sar_cache_size),
+            opt_in=opt_in,
         )
+        if key is None:
+            log.warning(
+                "no --provenance-key: controller edges are checked and stamped, but no "
+                "edge-proof is written (the annotator then cannot tell proven edges)"
+            )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, server.request_stop, sig.name)
@@ -198,6 +271,10 @@ class Server:
         max_depth: int = 6,
         shutdown_grace: float = 20.0,
         metrics: Metrics | None = None,
+        provenance_source: ProvenanceSource | None = None,
+        provenance_key: bytes | None = None,
+        sar_cache: SarCache | None = None,
+        opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
     ) -> None:
         self.metrics = metrics or Metrics()
         self.reloader = reloader
@@ -205,8 +282,28 @@ class Server:
         self.resolver = Resolver(
             source, registry=registry, max_depth=max_depth, deadline=walk_deadline, cache=cache
         )
+        # No provenance source: every controller edge is taken as written (tests
+        # and benchmarks of the walk alone); the command always has one.
+        self.provenance: Provenance | None = None
+        if provenance_source is not None:
+            self.provenance = Provenance(
+                EdgeChecker(provenance_source, cache=sar_cache),
+                GuardCache(
+                    provenance_source,
+                    opt_in=opt_in,
+                    ttl=sar_cache.ttl if sar_cache is not None else DEFAULT_GUARD_TTL,
+                    on_get=self.metrics.guard_lookups.inc,
+                ),
+                key=provenance_key,
+                keys=keys,
+                check_budget=walk_deadline / 2,
+            )
         admitter = Admitter(
-            resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
+            resolver=self.resolver,
+            registry=registry,
+            keys=keys,
+            metrics=self.metrics,
+            provenance=self.provenance,
         )
         self.app = make_app(admitter=admitter, metrics=self.metrics, readiness=self.readiness)
         self._host, self._port = host, port
