@@ -14,6 +14,10 @@ where group, Kind and name are the child's own and owner_uid is the UID its
 controller reference names. The proof binds the object (namespace, kind,
 name: unique while the object exists) and the edge (owner UID): copied onto
 another object, or kept after the reference changed, it does not verify.
+A ReplicaSet controlled by a Deployment keeps its proof under
+`replicaset-edge-proof` instead: the deployment controller copies the
+Deployment's own `edge-proof` onto its ReplicaSets, and overwriting that copy
+would loop (`Keys.proof_key`).
 
 Everyone else (annotator, offline scan) decides with `ProofTrust`: an edge is
 proven when its namespace is guarded (the ValidatingAdmissionPolicy refused
@@ -30,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aibom_core.objects import Obj, ObjRef, OwnerRef, annotations_of
+from aibom_core.stamp import Keys
 from aibom_core.walk import Reason
 
 PROOF_VERSION = "v1"
@@ -103,6 +108,12 @@ def new_key_text() -> bytes:
     return base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n"
 
 
+def read_proof(child: Obj, ref: ObjRef, owner: OwnerRef, *, keys: Keys) -> str | None:
+    """The proof annotation of this child's controller edge (`Keys.proof_key`)."""
+    value = annotations_of(child).get(keys.proof_key(ref.group_kind, owner.group_kind))
+    return value if isinstance(value, str) else None
+
+
 class ProofTrust:
     """The edge-trust input (`aibom_core.walk.EdgeTrust`) of the annotator and the scan.
 
@@ -114,11 +125,11 @@ class ProofTrust:
         self,
         *,
         key: bytes | None,
-        proof_annotation: str,
+        keys: Keys,
         guarded: Callable[[str], bool] = lambda namespace: False,
     ) -> None:
         self.key = key
-        self.proof_annotation = proof_annotation
+        self.keys = keys
         self.guarded = guarded
 
     def proven(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> bool:
@@ -126,7 +137,7 @@ class ProofTrust:
             return True
         if self.key is None:
             return False
-        return verify(self.key, annotations_of(child).get(self.proof_annotation), ref, owner)
+        return verify(self.key, read_proof(child, ref, owner, keys=self.keys), ref, owner)
 
     def __call__(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> Reason | None:
         return None if self.proven(child, ref, owner) else Reason.UNPROVEN

@@ -49,6 +49,19 @@ class Keys:
         """The webhook's proof that an object's controller edge was proven (issue 12)."""
         return f"{self.prefix}edge-proof"
 
+    @property
+    def replicaset_edge_proof(self) -> str:
+        """Where a ReplicaSet controlled by a Deployment keeps its own proof: the
+        deployment controller copies every Deployment annotation, `edge-proof`
+        included, onto its ReplicaSets (see `mirror_deployment`)."""
+        return f"{self.prefix}replicaset-edge-proof"
+
+    def proof_key(self, subject: GroupKind, owner: GroupKind) -> str:
+        """The annotation holding the proof of `subject`'s controller edge to `owner`."""
+        if subject == REPLICA_SET and owner == DEPLOYMENT:
+            return self.replicaset_edge_proof
+        return self.edge_proof
+
     def all(self) -> tuple[str, str, str, str]:
         return (self.root, self.root_uid, self.rollup, self.reason)
 

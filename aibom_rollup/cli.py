@@ -179,7 +179,7 @@ def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
     key = provenance_key_of(args)
     trust = None
     if key is not None:
-        trust = ProofTrust(key=key, proof_annotation=keys_of(args).edge_proof)
+        trust = ProofTrust(key=key, keys=keys_of(args))
     else:
         print(
             f"{PROG}: note: ownerReferences taken as written, not verified "

@@ -30,6 +30,7 @@ from aibom_core.graph import OwnershipGraph, key_of
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.provenance import ProofTrust
+from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import MANAGED_BY, MANAGED_BY_LABEL, DocLabels
 from annotator.keys import RootKey, SweepKey
@@ -82,16 +83,14 @@ class ClusterState:
         opt_in_label: tuple[str, str] = (DEFAULT_OPT_IN_LABEL, "true"),
         labels: DocLabels | None = None,
         provenance_key: bytes | None = None,
-        proof_annotation: str = "aibom.dev/edge-proof",
+        keys: Keys | None = None,
         trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
         # Provenance (issue 12): an edge counts when its namespace is guarded
         # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
         self.binding_exists = False
-        self.trust = ProofTrust(
-            key=provenance_key, proof_annotation=proof_annotation, guarded=self.guarded
-        )
+        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys(), guarded=self.guarded)
         self.graph = OwnershipGraph(
             registry, max_depth=max_depth, trust=None if trust_all else self.trust
         )

@@ -104,7 +104,7 @@ class Controller:
             opt_in_label=settings.namespace_label,
             labels=settings.labels,
             provenance_key=settings.provenance_key,
-            proof_annotation=settings.keys.edge_proof,
+            keys=settings.keys,
             trust_all=settings.trust_owner_references,
         )
         self.slim = slimmer(settings.registry, stamp_prefix=settings.keys.prefix)

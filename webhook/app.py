@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.objects import Obj, annotations_of, metadata
+from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
 from aibom_core.stamp import Keys, escape_pointer, mirror_deployment, stamp_of, stamp_patch
 from aibom_core.walk import Rollup
 from webhook.admission import (
@@ -209,22 +209,36 @@ class Admitter:
 def proof_ops(
     obj: Obj, decision: EdgeDecision | None, *, keys: Keys, map_added: bool = False
 ) -> list[dict[str, Any]]:
-    """JSONPatch ops that make the object carry exactly the decided `edge-proof`
-    (removed when there is none: a user-written value never survives), and the
-    name the proof binds when the API server would only generate it later."""
+    """JSONPatch ops that make the object carry exactly the decided proof (removed
+    when there is none: a user-written value never survives), and the name the
+    proof binds when the API server would only generate it later.
+
+    The proof goes under `Keys.proof_key`: a ReplicaSet controlled by a
+    Deployment keeps its own under `replicaset-edge-proof` and leaves
+    `edge-proof` to the deployment controller, which copies the Deployment's
+    there (overwriting that copy would loop, as the stamp would).
+    """
     want = decision.proof if decision is not None else None
     ops: list[dict[str, Any]] = []
     if decision is not None and decision.name and want is not None:
         ops.append({"op": "add", "path": "/metadata/name", "value": decision.name})
+    owner = controller_ref(obj)
+    subject = group_kind_of(obj)
+    target = keys.proof_key(subject, owner.group_kind) if owner else keys.edge_proof
     current = annotations_of(obj)
-    path = f"/metadata/annotations/{escape_pointer(keys.edge_proof)}"
-    if want is None:
-        if keys.edge_proof in current:
-            ops.append({"op": "remove", "path": path})
-    elif current.get(keys.edge_proof) != want:
-        if not map_added and not isinstance(metadata(obj).get("annotations"), dict):
-            ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-        ops.append({"op": "add", "path": path, "value": want})
+    for key in (keys.edge_proof, keys.replicaset_edge_proof):
+        path = f"/metadata/annotations/{escape_pointer(key)}"
+        value = want if key == target else None
+        if key != target and target == keys.replicaset_edge_proof:
+            continue  # the Deployment's copy: the deployment controller's, not ours
+        if value is None:
+            if key in current:
+                ops.append({"op": "remove", "path": path})
+        elif current.get(key) != value:
+            if not map_added and not isinstance(metadata(obj).get("annotations"), dict):
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+                map_added = True
+            ops.append({"op": "add", "path": path, "value": value})
     return ops
 
 

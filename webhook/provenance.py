@@ -39,7 +39,7 @@ from aibom_core.objects import (
     metadata,
     ref_of,
 )
-from aibom_core.provenance import proof_for, verify
+from aibom_core.provenance import proof_for, read_proof, verify
 from aibom_core.stamp import Keys
 from aibom_core.walk import EdgeTrust, Reason
 
@@ -432,7 +432,7 @@ class Provenance:
         guarded = False
         if first is None and self.guard is not None:
             guarded = await self.guard.guarded(namespace, timeout=min(self.check_budget, remaining))
-        trust = _Trust(obj, first, guarded, self.key, self.keys.edge_proof)
+        trust = _Trust(obj, first, guarded, self.key, self.keys)
         return EdgeDecision(
             first=first, proof=proof, name=name, trust=trust, check=check, kept=kept
         )
@@ -440,8 +440,9 @@ class Provenance:
     def _carried(self, old_obj: Obj, namespace: str, owner: OwnerRef) -> Reason | None:
         """The verdict oldObject carries (an UPDATE that keeps the edge is not re-checked)."""
         if self.key is not None:
-            value = annotations_of(old_obj).get(self.keys.edge_proof)
-            ok = verify(self.key, value, ref_of(old_obj, namespace=namespace), owner)
+            old_ref = ref_of(old_obj, namespace=namespace)
+            value = read_proof(old_obj, old_ref, owner, keys=self.keys)
+            ok = verify(self.key, value, old_ref, owner)
             return None if ok else Reason.UNPROVEN
         # No key: the stamp the webhook gave at admission is the only record
         # (a stamp written while the webhook was down is taken at its word:
@@ -462,16 +463,16 @@ def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
 class _Trust:
     """The walk's edge-trust input for one admission."""
 
-    __slots__ = ("_first", "_guarded", "_key", "_obj", "_proof_key")
+    __slots__ = ("_first", "_guarded", "_key", "_keys", "_obj")
 
     def __init__(
-        self, obj: Obj, first: Reason | None, guarded: bool, key: bytes | None, proof_key: str
+        self, obj: Obj, first: Reason | None, guarded: bool, key: bytes | None, keys: Keys
     ) -> None:
         self._obj = obj
         self._first = first
         self._guarded = guarded
         self._key = key
-        self._proof_key = proof_key
+        self._keys = keys
 
     def __call__(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> Reason | None:
         if child is self._obj:
@@ -479,7 +480,7 @@ class _Trust:
         if self._guarded:
             return None
         if self._key is not None and verify(
-            self._key, annotations_of(child).get(self._proof_key), ref, owner
+            self._key, read_proof(child, ref, owner, keys=self._keys), ref, owner
         ):
             return None
         return Reason.UNPROVEN

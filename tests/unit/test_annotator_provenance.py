@@ -24,7 +24,9 @@ def proved(obj: Obj) -> Obj:
     owner = controller_ref(obj)
     assert owner is not None
     ann = obj["metadata"].setdefault("annotations", {})
-    ann[KEYS.edge_proof] = proof_for(KEY, ref_of(obj), owner)
+    ann[KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)] = proof_for(
+        KEY, ref_of(obj), owner
+    )
     return obj
 
 

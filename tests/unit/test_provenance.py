@@ -39,7 +39,8 @@ def proved(obj: Obj, key: bytes = KEY) -> Obj:
     """obj with the edge-proof the webhook would write for its controller edge."""
     owner = controller_ref(obj)
     assert owner is not None
-    obj["metadata"].setdefault("annotations", {})[PROOF] = proof_for(key, ref_of(obj), owner)
+    where = Keys().proof_key(ref_of(obj).group_kind, owner.group_kind)
+    obj["metadata"].setdefault("annotations", {})[where] = proof_for(key, ref_of(obj), owner)
     return obj
 
 
@@ -89,7 +90,7 @@ def test_a_proof_copied_onto_a_forged_object_gains_nothing() -> None:
     rs = mk("ReplicaSet", "rs")
     legit = proved(mk("Pod", "legit", rs))
     forged = mk("Pod", "forged", rs, annotations=dict(legit["metadata"]["annotations"]))
-    trust = ProofTrust(key=KEY, proof_annotation=PROOF)
+    trust = ProofTrust(key=KEY, keys=Keys())
     assert trust(legit, ref_of(legit), controller_ref(legit)) is None  # type: ignore[arg-type]
     assert trust(forged, ref_of(forged), controller_ref(forged)) is Reason.UNPROVEN  # type: ignore[arg-type]
     # Same name in another namespace, or the same object pointing elsewhere: refused too.
@@ -103,8 +104,8 @@ def test_no_key_proves_nothing_but_a_guarded_namespace_proves_everything() -> No
     pod = proved(mk("Pod", "p", rs))
     ref, owner = ref_of(pod), controller_ref(pod)
     assert owner is not None
-    assert ProofTrust(key=None, proof_annotation=PROOF)(pod, ref, owner) is Reason.UNPROVEN
-    guarded = ProofTrust(key=None, proof_annotation=PROOF, guarded=lambda ns: ns == "ns")
+    assert ProofTrust(key=None, keys=Keys())(pod, ref, owner) is Reason.UNPROVEN
+    guarded = ProofTrust(key=None, keys=Keys(), guarded=lambda ns: ns == "ns")
     assert guarded(mk("Pod", "q", rs), ref_of(mk("Pod", "q", rs)), owner) is None
 
 
@@ -162,7 +163,7 @@ def test_edge_trust_table(case: Case) -> None:
     objs = _objs()
     rs, pod = _pod_under_inner(objs)
     objs["inner-rs"], objs["inner-pod"] = rs, pod
-    trust = ProofTrust(key=KEY, proof_annotation=PROOF)
+    trust = ProofTrust(key=KEY, keys=Keys())
     graph = build_graph(objs.values(), REG, trust=trust)
     result = graph.resolve(objs[case.subject])
     assert result.status is case.status
@@ -200,7 +201,7 @@ def test_refused_edge_is_not_fetched() -> None:
 
 def test_unproven_members_are_listed_not_absorbed() -> None:
     objs = _objs()
-    trust = ProofTrust(key=KEY, proof_annotation=PROOF)
+    trust = ProofTrust(key=KEY, keys=Keys())
     objs["pod-forged"]["spec"] = {"containers": [{"name": "m", "image": "evil.example/x:1"}]}
     graph = build_graph(objs.values(), REG, trust=trust)
     entry = root_entry(graph, key_of(ref_of(objs["dep"])))

@@ -194,7 +194,7 @@ def _chain() -> tuple[Obj, Obj]:
     rs = mk("ReplicaSet", "rs", dep, uid="u-rs")
     owner = controller_ref(rs)
     assert owner is not None
-    rs["metadata"]["annotations"] = {KEYS.edge_proof: proof_for(KEY, ref_of(rs), owner)}
+    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, ref_of(rs), owner)}
     return dep, rs
 
 
@@ -284,6 +284,33 @@ async def test_update_keeping_the_reference_is_not_rechecked() -> None:
     out = await _admit(adm, moved, "alice", operation="UPDATE", old=legit)
     assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
     assert len(api.reviews) == reviews + 2
+
+
+async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> None:
+    """The deployment controller copies the Deployment's edge-proof onto its
+    ReplicaSets; the ReplicaSet's own proof lives beside it, so nobody fights."""
+    dgd = mk("DynamoGraphDeployment", "g")
+    dep = mk("Deployment", "d", dgd)
+    dep_owner = controller_ref(dep)
+    assert dep_owner is not None
+    copied = proof_for(KEY, ref_of(dep), dep_owner)
+    dep["metadata"]["annotations"] = {KEYS.edge_proof: copied}
+    api = FakeApi({CONTROLLER.username})
+    adm = _admitter(api, MemorySource([dgd, dep]))
+    rs = mk("ReplicaSet", "d-1", dep, annotations={KEYS.edge_proof: copied})
+    out = await _admit(adm, rs, CONTROLLER.username)
+    ann = out["metadata"]["annotations"]
+    assert ann[KEYS.edge_proof] == copied  # the copy is left alone
+    owner = controller_ref(out)
+    assert owner is not None
+    assert verify(KEY, ann[KEYS.replicaset_edge_proof], ref_of(out), owner)
+    assert (
+        ann["aibom.dev/rollup"] == "rolled-up"
+        and ann["aibom.dev/root"] == "DynamoGraphDeployment/g"
+    )
+    # The deployment controller's next sync (copying again) changes nothing.
+    again = await _admit(adm, out, CONTROLLER.username, operation="UPDATE", old=out)
+    assert again == out
 
 
 async def test_deeper_hop_needs_a_proof_or_a_guarded_namespace() -> None:
