@@ -552,6 +552,9 @@ def start(tmp_path: Path, identity: Path, ns: str) -> Iterator[Callable[..., Ann
     def make(
         *args: str, kubeconfig: Path | None = None, ident: str = "annotator-a", wait: bool = True
     ) -> Annotator:
+        # These tests are about everything but provenance (tests/integration/
+        # test_provenance.py): objects made by the admin are taken as written.
+        args = ("--trust-owner-references", *args)
         a = Annotator(kubeconfig or identity, tmp_path, ns, identity=ident, args=args).start()
         started.append(a)
         if wait:
