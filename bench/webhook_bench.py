@@ -18,6 +18,15 @@ Latency is measured by the client (request written -> response read), so it
 includes TLS and HTTP on both sides. API GETs per admission come from the
 webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
 
+Provenance (issue 12): every run checks the Pod's own edge with a
+SubjectAccessReview (the review's userInfo is the ReplicaSet controller's
+ServiceAccount, which may update replicasets/finalizers) and the hops above
+with the owners' edge-proofs (written here with the webhook's key, as the
+webhook would have at their admission; the namespace is not guarded). The
+depth-4 Pod at 200/s runs with the SAR cache on (--sar-cache-ttl 10, the
+default) and off (0: one review per admission); SAR requests per admission
+come from aibom_webhook_provenance_checks_total minus _cache_hits_total.
+
     .venv/bin/python bench/webhook_bench.py [--runs 3] [--seconds 5] [--json out.json]
 
 The machine has 2 cores shared with whatever else runs: every figure is the
@@ -47,6 +56,9 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from aibom_core.objects import controller_ref, ref_of  # noqa: E402
+from aibom_core.provenance import load_key, new_key_text, proof_for  # noqa: E402
+from aibom_core.stamp import Keys  # noqa: E402
 from tests.controlplane import ControlPlane, child_env  # noqa: E402
 from tests.integration.test_webhook import (  # noqa: E402
     Webhook,
@@ -76,7 +88,17 @@ def review_body(obj: dict[str, Any], ns: str) -> bytes:
                 "operation": "CREATE",
                 "namespace": ns,
                 "name": obj["metadata"].get("name", ""),
-                "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+                # The ReplicaSet controller's identity (kube-controller-manager runs
+                # with --use-service-account-credentials): the SubjectAccessReview
+                # allows its edges, so the walk goes all the way up.
+                "userInfo": {
+                    "username": "system:serviceaccount:kube-system:replicaset-controller",
+                    "groups": [
+                        "system:serviceaccounts",
+                        "system:serviceaccounts:kube-system",
+                        "system:authenticated",
+                    ],
+                },
                 "object": obj,
                 "oldObject": None,
                 "dryRun": False,
@@ -190,9 +212,29 @@ def counter(hook: Webhook, name: str, labels: dict[str, str]) -> float:
     return hook.metric(name, labels)
 
 
+def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
+    """Write the edge-proof each owner would have got from the webhook at admission."""
+    key = load_key(key_file)
+    keys = Keys()
+    for obj in owners:
+        owner = controller_ref(obj)
+        assert owner is not None
+        ref = ref_of(obj)
+        where = keys.proof_key(ref.group_kind, owner.group_kind)
+        kind = f"{obj['kind'].lower()}.{ref.group}" if ref.group else obj["kind"].lower()
+        kubectl(
+            "annotate",
+            "-n",
+            ns,
+            f"{kind}/{ref.name}",
+            f"{where}={proof_for(key, ref, owner)}",
+            "--overwrite",
+        )
+
+
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("rps", "p50_ms", "p99_ms", "gets_per_admission"):
+    for key in ("rps", "p50_ms", "p99_ms", "gets_per_admission", "sars_per_admission"):
         vals = [r[key] for r in runs if key in r]
         if vals:
             out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
@@ -212,7 +254,8 @@ def show(name: str, s: dict[str, Any]) -> str:
 
     return (
         f"{name:<48}{f('rps', '/s', '{:.0f}')}{f('p50_ms', 'ms')}{f('p99_ms', 'ms')}"
-        f"{f('gets_per_admission', ' GETs', '{:.2f}')} n={s['n']} errors={s['errors']}"
+        f"{f('gets_per_admission', ' GETs', '{:.2f}')}{f('sars_per_admission', ' SARs', '{:.2f}')}"
+        f" n={s['n']} errors={s['errors']}"
     )
 
 
@@ -235,7 +278,7 @@ def main() -> int:
         kubectl("label", "namespace", ns, "aibom.dev/enabled=true")
         graph = apply(kubectl, dgd(ns, "graph"))
         comp = apply(kubectl, dcd(ns, "graph-worker", graph))
-        apply(kubectl, deployment(ns, "graph-worker", comp, replicas=0))
+        dep_obj = apply(kubectl, deployment(ns, "graph-worker", comp, replicas=0))
         deadline = time.monotonic() + 30
         while not (rs := json.loads(kubectl("get", "-n", ns, "rs", "-o", "json").stdout)["items"]):
             if time.monotonic() > deadline:
@@ -247,13 +290,24 @@ def main() -> int:
         kubeconfig = grant(cp, kubectl, "aibom-webhook-bench", shipped_role())
         workdir = Path(tempfile.mkdtemp(prefix="aibom-bench-"))
 
-        for cache_ttl in ("5", "0"):
+        key_file = workdir / "provenance.key"
+        key_file.write_bytes(new_key_text())
+        prove_owners(kubectl, ns, key_file, [comp, dep_obj, replicaset])
+
+        for cache_ttl, sar_ttl in (("5", "10"), ("5", "0"), ("0", "10")):
             hook = Webhook(
                 cp,
                 workdir,
-                name=f"bench-ttl{cache_ttl}",
+                name=f"bench-ttl{cache_ttl}-sar{sar_ttl}",
                 kubeconfig=kubeconfig,
-                args=("--owner-cache-ttl", cache_ttl),
+                args=(
+                    "--owner-cache-ttl",
+                    cache_ttl,
+                    "--sar-cache-ttl",
+                    sar_ttl,
+                    "--provenance-key",
+                    str(key_file),
+                ),
             )
             # Pinned to one core, at WARNING (no per-review log line).
             hook_args = hook.args
@@ -297,7 +351,11 @@ def main() -> int:
             url = f"https://127.0.0.1:{hook.port}/mutate"
             ctx = hook.ssl_context()
             scenarios: list[tuple[str, list[bytes], float | None, int]] = []
-            if cache_ttl == "5":
+            if sar_ttl == "0":
+                scenarios += [
+                    ("direct depth-4 Pod @ 200/s, owner cache on, SAR cache off", depth4, 200.0, 32)
+                ]
+            elif cache_ttl == "5":
                 scenarios += [
                     (
                         "direct ownerless, closed loop (throughput)",
@@ -306,7 +364,7 @@ def main() -> int:
                         args.concurrency,
                     ),
                     ("direct ownerless @ 500/s", ownerless, 500.0, 32),
-                    ("direct depth-4 Pod @ 200/s, owner cache on", depth4, 200.0, 32),
+                    ("direct depth-4 Pod @ 200/s, owner cache on, SAR cache on", depth4, 200.0, 32),
                     ("direct depth-4 Pod, closed loop, cache on", depth4, None, args.concurrency),
                 ]
             else:
@@ -317,6 +375,10 @@ def main() -> int:
                 runs = []
                 for _ in range(args.runs):
                     gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+                    sars0 = sum(
+                        counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
+                        for v in ("allowed", "denied", "error")
+                    ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
                     r = asyncio.run(
                         drive(
                             poster(url),
@@ -329,11 +391,16 @@ def main() -> int:
                     )
                     gets1 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
                     r["gets_per_admission"] = (gets1 - gets0) / max(r["n"] + conc, 1)
+                    sars = sum(
+                        counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
+                        for v in ("allowed", "denied", "error")
+                    ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
+                    r["sars_per_admission"] = (sars - sars0) / max(r["n"] + conc, 1)
                     runs.append(r)
                 results[name] = summarise(runs)
                 print(show(name, results[name]), flush=True)
 
-            if cache_ttl == "5":
+            if cache_ttl == "5" and sar_ttl != "0":
                 # (b) through the real API server: dry-run creates, with and without us.
                 api_ctx = cp.ssl_context()
                 base = f"{cp.server}/api/v1/namespaces/{ns}/pods?dryRun=All"

@@ -291,7 +291,7 @@ class Server:
                 GuardCache(
                     provenance_source,
                     opt_in=opt_in,
-                    ttl=sar_cache.ttl if sar_cache is not None else DEFAULT_GUARD_TTL,
+                    ttl=DEFAULT_GUARD_TTL,
                     on_get=self.metrics.guard_lookups.inc,
                 ),
                 key=provenance_key,

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +235,43 @@ def test_unproven_members_are_listed_not_absorbed() -> None:
     own_props = {p["name"]: p["value"] for p in own_doc["metadata"]["component"]["properties"]}
     assert own_props["aibom.provenance.unproven"] == "Unproven nvidia.com/DynamoGraphDeployment/g"
     assert "aibom.rollup.unresolved" not in own_props
+
+
+# -- offline: scan and tree with --provenance-key ---------------------------------------------
+
+
+def test_offline_scan_counts_only_proven_edges_with_a_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from aibom_rollup.cli import main
+
+    dep = mk("Deployment", "d")
+    rs = proved(mk("ReplicaSet", "d-1", dep))
+    ok = proved(mk("Pod", "ok", rs, spec={"containers": [{"name": "m", "image": "good.io/a:1"}]}))
+    bad = mk("Pod", "forged", rs, spec={"containers": [{"name": "m", "image": "evil.io/x:1"}]})
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [dep, rs, ok, bad]}))
+    key_file = tmp_path / "provenance.key"
+    key_file.write_bytes(base64.b64encode(KEY) + b"\n")
+
+    assert main(["scan", str(dump), "--provenance-key", str(key_file)]) == 0
+    out = capsys.readouterr()
+    (root,) = json.loads(out.out)["roots"]
+    assert root["images"] == ["good.io/a:1"]
+    assert root["unproven"] == ["Pod/forged"]
+    assert "taken as written" not in out.err
+
+    assert main(["tree", str(dump), "-o", "json", "--provenance-key", str(key_file)]) == 0
+    records = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert records["forged"]["rollup"] == "unproven"
+    assert records["ok"]["rollup"] == "rolled-up"
+
+    # Without a key the references are taken as written, and stderr says so.
+    assert main(["scan", str(dump)]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["roots"][0]["images"] == ["evil.io/x:1", "good.io/a:1"]
+    assert "taken as written" in out.err
+
+    key_file.write_text("short\n")
+    assert main(["scan", str(dump), "--provenance-key", str(key_file)]) == 2
+    assert "--provenance-key" in capsys.readouterr().err
