@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from aibom_core.graph import OwnershipGraph, key_of
+from aibom_core.graph import OwnershipGraph, key_of, refused_here
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.provenance import ProofTrust
@@ -156,6 +156,26 @@ class ClusterState:
         if result is None or result.root is None or not result.root.uid:
             return None
         return RootKey.of(result.root)
+
+    def listing_root_of(self, key: str) -> RootKey | None:
+        """The root whose document lists the object as unproven (its own edge is
+        refused): the root covering its owner. None otherwise."""
+        result = self.graph.resolve_key(key)
+        if result is None or not refused_here(result):
+            return None
+        parent = self.graph.parent_of(key)
+        return self.root_key_of(parent) if parent is not None else None
+
+    def _roots_of(self, key: str) -> set[RootKey]:
+        """The documents an object's change can alter: its root's, or the one listing it."""
+        out = set()
+        root = self.root_key_of(key)
+        if root is not None:
+            out.add(root)
+        listing = self.listing_root_of(key)
+        if listing is not None:
+            out.add(listing)
+        return out
 
     def roots(self, namespaces: Iterable[str] | None = None) -> list[RootKey]:
         """Every root now (tracked objects whose walk says root or unresolved), sorted."""
@@ -294,9 +314,7 @@ class ClusterState:
         if old is not None and controller_ref(old) == controller_ref(obj):
             self.graph.upsert(obj)
             dirty = Dirty(stamps={key})
-            root = self.root_key_of(key)
-            if root is not None:
-                dirty.roots.add(root)
+            dirty.roots |= self._roots_of(key)
             return dirty
         if old is None:
             # New: objects that already claimed this UID (children created
@@ -339,9 +357,7 @@ class ClusterState:
         keys = [key, *self.graph.descendants(key)] if descendants else [key]
         for k in keys:
             dirty.stamps.add(k)
-            root = self.root_key_of(k)
-            if root is not None:
-                dirty.roots.add(root)
+            dirty.roots |= self._roots_of(k)
         return dirty
 
     # -- namespaces ----------------------------------------------------------------

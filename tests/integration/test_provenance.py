@@ -365,7 +365,7 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
     assert webhook.metric("aibom_webhook_provenance_checks_total", {"result": "allowed"}) >= 5
 
     # -- the annotator: no forged image in any document; the forgeries are listed --
-    for p in (web_pod, op_pod):
+    for p in (web_pod, op_pod, db_pod, tick_pod):
         set_digest(
             cp,
             ns,
@@ -396,6 +396,8 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
         if digest(web_pod["metadata"]["name"]) not in json.dumps(document(web)):
             return None
         if digest(op_pod["metadata"]["name"]) not in json.dumps(document(g)):
+            return None
+        if digest(db_pod["metadata"]["name"]) not in json.dumps(document(db)):
             return None
         listed = {*unproven_listed(web), *unproven_listed(g), *unproven_listed(db)}
         return found if listed == attached() else None

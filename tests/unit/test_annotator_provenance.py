@@ -167,3 +167,14 @@ def test_forged_replicaset_does_not_mirror_its_deployment() -> None:
     )
     assert plan is not None and plan.patch is not None
     assert plan.patch["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
+
+
+def test_a_new_or_deleted_unproven_object_dirties_the_document_listing_it() -> None:
+    st, dep, _legit, _forged = world()
+    late = mk(
+        "Pod", "late", st.graph.get(st.graph.parent_of(_legit["metadata"]["uid"]) or "") or {}
+    )
+    dirty = st.upsert(group_kind_of(late), late)
+    assert root_key(dep) in dirty.roots
+    dirty = st.delete(group_kind_of(late), late)
+    assert root_key(dep) in dirty.roots
