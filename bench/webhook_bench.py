@@ -267,6 +267,11 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=8, help="closed-loop connections")
     ap.add_argument("--json", metavar="FILE", help="write the results here too")
+    ap.add_argument(
+        "--only",
+        metavar="TEXT",
+        help="run only the scenarios whose name contains TEXT (e.g. 'depth-4 Pod @ 200/s')",
+    )
     args = ap.parse_args()
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") and os.cpu_count() else []
     results: dict[str, Any] = {}
@@ -372,6 +377,8 @@ def main() -> int:
                     ("direct depth-4 Pod @ 200/s, cache off (4 GETs)", depth4, 200.0, 32),
                 ]
             for name, bodies, rate, conc in scenarios:
+                if args.only and args.only not in name:
+                    continue
                 runs = []
                 for _ in range(args.runs):
                     gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
@@ -400,7 +407,7 @@ def main() -> int:
                 results[name] = summarise(runs)
                 print(show(name, results[name]), flush=True)
 
-            if cache_ttl == "5" and sar_ttl != "0":
+            if cache_ttl == "5" and sar_ttl != "0" and not args.only:
                 # (b) through the real API server: dry-run creates, with and without us.
                 api_ctx = cp.ssl_context()
                 base = f"{cp.server}/api/v1/namespaces/{ns}/pods?dryRun=All"
