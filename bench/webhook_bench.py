@@ -212,6 +212,12 @@ def counter(hook: Webhook, name: str, labels: dict[str, str]) -> float:
     return hook.metric(name, labels)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
     """Write the edge-proof each owner would have got from the webhook at admission."""
     key = load_key(key_file)
@@ -234,7 +240,15 @@ def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, A
 
 def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("rps", "p50_ms", "p99_ms", "gets_per_admission", "sars_per_admission"):
+    for key in (
+        "rps",
+        "p50_ms",
+        "p99_ms",
+        "gets_per_admission",
+        "sars_per_admission",
+        "sar_errors_per_admission",
+        "cpu_ms_per_admission",
+    ):
         vals = [r[key] for r in runs if key in r]
         if vals:
             out[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
@@ -255,6 +269,8 @@ def show(name: str, s: dict[str, Any]) -> str:
     return (
         f"{name:<48}{f('rps', '/s', '{:.0f}')}{f('p50_ms', 'ms')}{f('p99_ms', 'ms')}"
         f"{f('gets_per_admission', ' GETs', '{:.2f}')}{f('sars_per_admission', ' SARs', '{:.2f}')}"
+        f"{f('sar_errors_per_admission', ' SAR-errors', '{:.2f}')}"
+        f"{f('cpu_ms_per_admission', ' CPU-ms', '{:.3f}')}"
         f" n={s['n']} errors={s['errors']}"
     )
 
@@ -382,6 +398,10 @@ def main() -> int:
                 runs = []
                 for _ in range(args.runs):
                     gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+                    cpu0 = cpu_seconds(proc.pid)
+                    err0 = counter(
+                        hook, "aibom_webhook_provenance_checks_total", {"result": "error"}
+                    )
                     sars0 = sum(
                         counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
                         for v in ("allowed", "denied", "error")
@@ -403,6 +423,15 @@ def main() -> int:
                         for v in ("allowed", "denied", "error")
                     ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
                     r["sars_per_admission"] = (sars - sars0) / max(r["n"] + conc, 1)
+                    err1 = counter(
+                        hook, "aibom_webhook_provenance_checks_total", {"result": "error"}
+                    )
+                    r["sar_errors_per_admission"] = (err1 - err0) / max(r["n"] + conc, 1)
+                    # CPU the webhook process spent per admission: unlike latency,
+                    # hardly moved by other processes competing for the core.
+                    r["cpu_ms_per_admission"] = (
+                        (cpu_seconds(proc.pid) - cpu0) * 1000 / max(r["n"] + conc, 1)
+                    )
                     runs.append(r)
                 results[name] = summarise(runs)
                 print(show(name, results[name]), flush=True)
