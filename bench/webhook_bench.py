@@ -209,7 +209,13 @@ def poster(url: str) -> Callable[[aiohttp.ClientSession, bytes], Any]:
 
 
 def counter(hook: Webhook, name: str, labels: dict[str, str]) -> float:
-    return hook.metric(name, labels)
+    if labels:
+        return hook.metric(name, labels)
+    _, text = hook.request("GET", "/metrics")  # a label-less sample has no braces
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def cpu_seconds(pid: int) -> float:

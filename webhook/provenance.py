@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -150,7 +151,9 @@ class AccessReviewer(Protocol):
         ...
 
 
-CacheKey = tuple[UserInfo, FinalizersAttributes]
+# (identity, owner group, owner kind, namespace, name): the kind stands for its
+# resource (one to one), so a hit needs no discovery lookup.
+CacheKey = tuple[UserInfo, str, str, str, str]
 
 
 class SarCache:
@@ -213,6 +216,11 @@ class EdgeChecker:
     ) -> Check:
         if user is None:
             return Check(Verdict.DENIED, cached=False, detail="no userInfo in the review")
+        gk = owner.group_kind
+        key = (user, gk.group, gk.kind, namespace, owner.name)
+        hit = self.cache.get(key)
+        if hit is not None:  # the fast path: no await, no timer
+            return Check(Verdict.ALLOWED if hit else Verdict.DENIED, cached=True)
         if timeout <= 0:
             return Check(Verdict.ERROR, cached=False, detail="no time left")
         try:
@@ -225,15 +233,11 @@ class EdgeChecker:
             # map to a resource; so do we.
             return Check(Verdict.DENIED, cached=False, detail="owner kind not served")
         attrs = FinalizersAttributes(
-            group=owner.group_kind.group, resource=resource, namespace=namespace, name=owner.name
+            group=gk.group, resource=resource, namespace=namespace, name=owner.name
         )
-        key = (user, attrs)
-        hit = self.cache.get(key)
-        if hit is not None:
-            return Check(Verdict.ALLOWED if hit else Verdict.DENIED, cached=True)
         flight = self._in_flight.get(key)
         if flight is None:
-            flight = asyncio.ensure_future(self._review(key, timeout))
+            flight = asyncio.ensure_future(self._review(key, user, attrs, timeout))
             flight.add_done_callback(_retrieve)
             self._in_flight[key] = flight
         try:
@@ -242,9 +246,11 @@ class EdgeChecker:
             return Check(Verdict.ERROR, cached=False, detail=_what(exc))
         return Check(Verdict.ALLOWED if allowed else Verdict.DENIED, cached=False)
 
-    async def _review(self, key: CacheKey, timeout: float) -> bool:
+    async def _review(
+        self, key: CacheKey, user: UserInfo, attrs: FinalizersAttributes, timeout: float
+    ) -> bool:
         try:
-            allowed = await self._reviewer.access_review(review_body(*key), timeout=timeout)
+            allowed = await self._reviewer.access_review(review_body(user, attrs), timeout=timeout)
             self.cache.put(key, allowed)
             return allowed
         finally:
@@ -298,7 +304,25 @@ class GuardCache:
         if self._on_get is not None:
             self._on_get()
 
+    def _fresh(self, namespace: str) -> bool | None:
+        """The answer from the cache alone (None: a GET is needed)."""
+        now = self._clock()
+        entry = self._labels.get(namespace)
+        if entry is None or now - entry[0] >= self.ttl:
+            return None
+        labels = entry[1]
+        if labels is None or labels.get(self._opt_in[0]) != self._opt_in[1]:
+            return False
+        if labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]:
+            return False
+        if self._binding is None or now - self._binding[0] >= self.ttl:
+            return None
+        return self._binding[1]
+
     async def guarded(self, namespace: str, *, timeout: float) -> bool:
+        fresh = self._fresh(namespace)
+        if fresh is not None:  # the fast path: no await, no timer
+            return fresh
         try:
             async with asyncio.timeout(max(timeout, 0.001)):
                 labels = await self._namespace(namespace, timeout)
@@ -479,8 +503,14 @@ class _Trust:
             return self._first
         if self._guarded:
             return None
-        if self._key is not None and verify(
-            self._key, read_proof(child, ref, owner, keys=self._keys), ref, owner
-        ):
+        value = read_proof(child, ref, owner, keys=self._keys)
+        if self._key is not None and value is not None and _verified(self._key, value, ref, owner):
             return None
         return Reason.UNPROVEN
+
+
+@functools.lru_cache(maxsize=4096)
+def _verified(key: bytes, value: str, ref: ObjRef, owner: OwnerRef) -> bool:
+    """`verify`, memoised: the owners above a Pod are the same objects admission after
+    admission (the owner cache), and a verdict is a pure function of its inputs."""
+    return verify(key, value, ref, owner)

@@ -88,19 +88,33 @@ class FakeApi:
 def test_sar_cache_expires_after_ttl_and_is_lru_bounded() -> None:
     clock = Clock()
     cache = SarCache(ttl=10, size=2, clock=clock)
-    attrs = FinalizersAttributes("apps", "replicasets", "ns", "rs")
-    cache.put((ALICE, attrs), False)
+    key = (ALICE, "apps", "ReplicaSet", "ns", "rs")
+    cache.put(key, False)
     clock.now += 9.99
-    assert cache.get((ALICE, attrs)) is False
+    assert cache.get(key) is False
     clock.now += 0.01
-    assert cache.get((ALICE, attrs)) is None  # expired exactly at the TTL
+    assert cache.get(key) is None  # expired exactly at the TTL
     for i in range(3):
-        cache.put((ALICE, FinalizersAttributes("apps", "replicasets", "ns", f"r{i}")), True)
+        cache.put((ALICE, "apps", "ReplicaSet", "ns", f"r{i}"), True)
     assert len(cache) == 2
-    assert cache.get((ALICE, FinalizersAttributes("apps", "replicasets", "ns", "r0"))) is None
+    assert cache.get((ALICE, "apps", "ReplicaSet", "ns", "r0")) is None
     off = SarCache(ttl=0, clock=clock)
-    off.put((ALICE, attrs), True)
-    assert off.get((ALICE, attrs)) is None
+    off.put(key, True)
+    assert off.get(key) is None
+
+
+async def test_checker_ttl_with_a_fake_clock() -> None:
+    clock = Clock()
+    api = FakeApi({CONTROLLER.username})
+    checker = EdgeChecker(api, cache=SarCache(ttl=10, clock=clock))
+    await checker.check(CONTROLLER, "ns", OWNER, timeout=1)
+    clock.now += 9.9
+    assert (await checker.check(CONTROLLER, "ns", OWNER, timeout=1)).cached
+    api.allowed.clear()  # the permission is revoked: seen once the TTL is over
+    clock.now += 0.1
+    check = await checker.check(CONTROLLER, "ns", OWNER, timeout=1)
+    assert (check.verdict, check.cached) == (Verdict.DENIED, False)
+    assert len(api.reviews) == 2
 
 
 def test_review_body_carries_the_whole_identity() -> None:
