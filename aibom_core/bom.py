@@ -75,6 +75,10 @@ P_CONFIDENCE = "aibom.confidence"
 P_EVIDENCE = "aibom.evidence."  # + source
 P_OWNED = "aibom.rollup.owned."  # + index
 P_UNRESOLVED_ROOT = "aibom.rollup.unresolved"
+# Provenance (issue 12).
+P_UNPROVEN = "aibom.rollup.unproven."  # + index: objects whose edge to a member is not proven
+P_UNPROVEN_ROOT = "aibom.provenance.unproven"  # the root's own refused edge (its reason)
+P_GUARDED = "aibom.provenance.guarded"  # true|false: the namespace's ownerReferences are guarded
 
 
 # --- the contract ----------------------------------------------------------------
@@ -87,6 +91,8 @@ class RootView:
     reason: str | None  # the failing hop when unresolved
     owned: tuple[Obj, ...]  # tracked descendants, sorted by (kind, name)
     pods: tuple[Obj, ...]  # pods whose UID-checked chain reaches the root, by (name, uid)
+    unproven: tuple[str, ...] = ()  # `<Kind>/<name>` whose edge to a member is not proven
+    guarded: bool | None = None  # the namespace is guarded (None: not known, not said)
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,10 @@ class Facts:
     images: tuple[str, ...]
     digests: tuple[str, ...]
     models: tuple[str, ...]
+    # Provenance (issue 12); defaults render nothing, so documents made
+    # without provenance read (and hash) exactly as before.
+    unproven: tuple[str, ...] = field(default=(), repr=False)  # aibom.rollup.unproven.<i>
+    guarded: bool | None = field(default=None, repr=False)
 
 
 # --- accumulating facts ------------------------------------------------------------
@@ -459,7 +469,7 @@ def _root_facts(view: RootView) -> RootFacts:
     namespace = str(meta.get("namespace") or "")
     name = name_of(root)
     uid = str(meta.get("uid") or "")
-    unresolved = view.status == "unresolved"
+    unresolved = view.status in ("unresolved", "unproven")
     return RootFacts(
         bom_ref=_root_ref(kind, namespace, name, uid),
         api_version=str(root.get("apiVersion") or ""),
@@ -468,7 +478,7 @@ def _root_facts(view: RootView) -> RootFacts:
         name=name,
         uid=uid,
         timestamp=_timestamp(meta.get("creationTimestamp")),
-        status="unresolved" if unresolved else "root",
+        status=view.status if unresolved else "root",
         reason=(str(view.reason or "") or "unknown") if unresolved else None,
     )
 
@@ -515,6 +525,8 @@ def facts_of(view: RootView, registry: KindRegistry) -> Facts:
         images=images,
         digests=digests,
         models=models,
+        unproven=tuple(sorted(view.unproven, key=lambda kn: tuple(kn.split("/", 1)))),
+        guarded=view.guarded,
     )
 
 
@@ -739,6 +751,8 @@ def input_hash(facts: Facts, *, tool_version: str | None = None) -> str:
     an upgrade must change the hash. `build_document` does.
     """
     text = f"{FORMAT_VERSION}\n{tool_version or ''}\n{facts!r}"
+    if facts.unproven or facts.guarded is not None:  # out of repr: old hashes stay the same
+        text += f"\n{facts.unproven!r}\n{facts.guarded!r}"
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -786,7 +800,12 @@ def _component_json(c: Component) -> dict[str, Any]:
     return out
 
 
-def _root_json(root: RootFacts, owned: tuple[str, ...]) -> dict[str, Any]:
+def _root_json(
+    root: RootFacts,
+    owned: tuple[str, ...],
+    unproven: tuple[str, ...] = (),
+    guarded: bool | None = None,
+) -> dict[str, Any]:
     props = [
         ("aibom.k8s.apiVersion", root.api_version),
         ("aibom.k8s.kind", root.kind),
@@ -798,7 +817,11 @@ def _root_json(root: RootFacts, owned: tuple[str, ...]) -> dict[str, Any]:
     # root without descendants renders exactly as it would without roll-up.
     props += [(f"{P_OWNED}{i}", kind_name) for i, kind_name in enumerate(owned)]
     if root.reason is not None:
-        props.append((P_UNRESOLVED_ROOT, root.reason))
+        unproven_root = root.status == "unproven"
+        props.append((P_UNPROVEN_ROOT if unproven_root else P_UNRESOLVED_ROOT, root.reason))
+    props += [(f"{P_UNPROVEN}{i}", kind_name) for i, kind_name in enumerate(unproven)]
+    if guarded is not None:
+        props.append((P_GUARDED, "true" if guarded else "false"))
     return {
         "bom-ref": root.bom_ref,
         "type": "application",
@@ -825,7 +848,7 @@ def document_json(facts: Facts, *, tool_version: str, digest: str | None = None)
             "tools": {
                 "components": [{"type": "application", "name": TOOL_NAME, "version": tool_version}]
             },
-            "component": _root_json(facts.root, facts.owned),
+            "component": _root_json(facts.root, facts.owned, facts.unproven, facts.guarded),
         },
         "components": [_component_json(c) for c in facts.components if c.type != "service"],
         "dependencies": sorted(depends, key=lambda d: d["ref"]),

@@ -108,7 +108,11 @@ def explanation(
     first_owner = record[0][1].obj if record and hops and hops[0].ok else None
     own = stamp_of(result)
     expected = mirror_deployment(
-        own, subject=result.subject.group_kind, owner=first_owner, keys=keys
+        own,
+        subject=result.subject.group_kind,
+        owner=first_owner,
+        keys=keys,
+        first_hop=result.chain[0] if result.chain else None,
     )
     mirrored_from = None
     if expected != own and first_owner is not None:

@@ -26,6 +26,8 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 from aibom_core.walk import (
     DEFAULT_MAX_DEPTH,
+    UNPROVEN_REASONS,
+    EdgeTrust,
     Fetched,
     OwnerRequest,
     Reason,
@@ -59,6 +61,11 @@ class OwnershipGraph:
     would fail with (`Forbidden` when RBAC denies them, `NoMatch` when the
     server does not serve them); a lookup of such a kind fails that way even
     when no object of it is known. Any other absent owner is `NotFound`.
+
+    `trust` is the edge-trust input of every walk (issue 12; None: every edge
+    counts). Edges stay structural (`parent_of`, `children_of`,
+    `descendants`); a refused edge only changes the walk results, so a child
+    whose edge is refused is never a member of its owner's root.
     """
 
     def __init__(
@@ -67,9 +74,11 @@ class OwnershipGraph:
         *,
         max_depth: int = DEFAULT_MAX_DEPTH,
         unavailable: Mapping[GroupKind, Reason] | None = None,
+        trust: EdgeTrust | None = None,
     ) -> None:
         self.registry = registry
         self.max_depth = max_depth
+        self.trust = trust
         self.unavailable: dict[GroupKind, Reason] = dict(unavailable or {})
         self._nodes: dict[str, _Node] = {}
         self._by_name: dict[NameKey, str] = {}
@@ -156,7 +165,13 @@ class OwnershipGraph:
         return self._nodes[key].obj if key is not None else None
 
     def resolve(self, obj: Obj) -> WalkResult:
-        return resolve(obj, registry=self.registry, lookup=self.lookup, max_depth=self.max_depth)
+        return resolve(
+            obj,
+            registry=self.registry,
+            lookup=self.lookup,
+            max_depth=self.max_depth,
+            trust=self.trust,
+        )
 
     def resolve_key(self, key: str) -> WalkResult | None:
         node = self._nodes.get(key)
@@ -232,23 +247,36 @@ class OwnershipGraph:
         top-down from the root's (`_derive`, as in `resolve_all`), so a root
         with 10,000 Pods costs one pass, not 10,000 walks.
         """
+        owned, pods, _ = self.members_and_unproven(root_key)
+        return owned, pods
+
+    def members_and_unproven(self, root_key: str) -> tuple[list[str], list[str], list[str]]:
+        """`members`, and the objects whose refused edge points at the root or at an
+        object whose walk reaches it (`aibom.rollup.unproven.<i>`), each sorted."""
         root = self._nodes.get(root_key)
         if root is None or not root.ref.uid:
-            return [], []
+            return [], [], []
         owned: list[str] = []
         pods: list[str] = []
+        unproven: list[str] = []
         results = {root_key: self.resolve(root.obj)}
         for ck in self._derive_down(results, [root_key], levels=self.max_depth):
+            result = results[ck]
+            if refused_here(result):
+                parent = self._edge(self._nodes[ck])
+                if parent is not None and (
+                    parent == root_key or _reaches(results.get(parent), root.ref.uid)
+                ):
+                    unproven.append(ck)
             gk = self._nodes[ck].ref.group_kind
             is_pod = gk == POD
             if not is_pod and not self.registry.is_tracked(gk):
                 continue
-            result = results[ck]
-            if result.root is not None and result.root.uid == root.ref.uid:
+            if result.status is Rollup.ROLLED_UP and _reaches(result, root.ref.uid):
                 (pods if is_pod else owned).append(ck)
-        owned.sort(key=lambda k: _order(self._nodes[k].ref))
-        pods.sort(key=lambda k: _order(self._nodes[k].ref))
-        return owned, pods
+        for out in (owned, pods, unproven):
+            out.sort(key=lambda k: _order(self._nodes[k].ref))
+        return owned, pods, unproven
 
     def resolve_all(self) -> dict[str, WalkResult]:
         """Every object's walk result, each derived from its parent's in one pass.
@@ -290,6 +318,12 @@ class OwnershipGraph:
         return added
 
     def _derive(self, child: _Node, parent: _Node, presult: WalkResult) -> WalkResult:
+        if (
+            self.trust is not None
+            and child.owner is not None
+            and self.trust(child.obj, child.ref, child.owner) is not None
+        ):
+            return self.resolve(child.obj)  # its own edge is refused: walked on its own
         hops = len(presult.chain) + 1
         failure = presult.failure
         if failure is not None and (
@@ -316,6 +350,19 @@ class OwnershipGraph:
 POD = GroupKind("", "Pod")
 
 
+def refused_here(result: WalkResult) -> bool:
+    """The walk stopped at the object's own edge because that edge is not proven."""
+    return (
+        not result.chain
+        and result.failure is not None
+        and result.failure.reason in UNPROVEN_REASONS
+    )
+
+
+def _reaches(result: WalkResult | None, root_uid: str) -> bool:
+    return result is not None and result.root is not None and result.root.uid == root_uid
+
+
 def _order(ref: ObjRef) -> tuple[str, str, str, str]:
     return (ref.kind, ref.name, ref.group, ref.uid)
 
@@ -326,8 +373,9 @@ def build_graph(
     *,
     max_depth: int = DEFAULT_MAX_DEPTH,
     unavailable: Mapping[GroupKind, Reason] | None = None,
+    trust: EdgeTrust | None = None,
 ) -> OwnershipGraph:
-    graph = OwnershipGraph(registry, max_depth=max_depth, unavailable=unavailable)
+    graph = OwnershipGraph(registry, max_depth=max_depth, unavailable=unavailable, trust=trust)
     for obj in objects:
         graph.upsert(obj)
     return graph

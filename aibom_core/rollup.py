@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.bom import RootView
-from aibom_core.graph import POD, OwnershipGraph, key_of
-from aibom_core.objects import Obj, ObjRef
+from aibom_core.graph import POD, OwnershipGraph, key_of, refused_here
+from aibom_core.objects import Obj, ObjRef, ref_of
 from aibom_core.walk import HopFailure, Rollup
 
 CONFIGMAP_PREFIX = "aibom-"
@@ -38,10 +38,13 @@ class RootEntry:
 
     ref: ObjRef
     obj: Obj
-    status: Rollup  # ROOT or UNRESOLVED
+    status: Rollup  # ROOT, UNRESOLVED or UNPROVEN
     failure: HopFailure | None
     owned: tuple[Obj, ...]  # tracked descendants, sorted by kind then name
     pods: tuple[Obj, ...]  # Pods attributed through the UID-checked chain
+    # Objects whose controller edge to a member is not proven (issue 12):
+    # listed, never absorbed.
+    unproven: tuple[Obj, ...] = ()
 
     @property
     def reason(self) -> str | None:
@@ -56,6 +59,7 @@ class RootEntry:
             reason=self.reason,
             owned=self.owned,
             pods=self.pods,
+            unproven=tuple(ref_of(o).kind_name for o in self.unproven),
         )
 
     @property
@@ -70,9 +74,9 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
     if obj is None or ref is None or not graph.registry.is_tracked(ref.group_kind):
         return None
     result = graph.resolve(obj)
-    if result.status not in (Rollup.ROOT, Rollup.UNRESOLVED):
+    if result.status not in _ROOTISH:
         return None
-    owned, pods = graph.members(key)
+    owned, pods, unproven = graph.members_and_unproven(key)
     return RootEntry(
         ref=ref,
         obj=obj,
@@ -80,6 +84,7 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
         failure=result.failure,
         owned=tuple(graph.get(k) or {} for k in owned),
         pods=tuple(graph.get(k) or {} for k in pods),
+        unproven=tuple(graph.get(k) or {} for k in unproven),
     )
 
 
@@ -91,15 +96,29 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
     """
     wanted = set(namespaces) if namespaces is not None else None
     results = graph.resolve_all()
-    roots: dict[str, tuple[str, list[ObjRef], list[ObjRef]]] = {}  # root uid -> key, owned, pods
+    # root uid -> key, owned, pods, unproven
+    roots: dict[str, tuple[str, list[ObjRef], list[ObjRef], list[ObjRef]]] = {}
     for key, result in results.items():
         ref = result.subject
         if wanted is not None and ref.namespace not in wanted:
             continue
         if graph.registry.is_tracked(ref.group_kind) and result.status in _ROOTISH:
-            roots.setdefault(ref.uid or key, (key, [], []))
-    for result in results.values():
+            roots.setdefault(ref.uid or key, (key, [], [], []))
+    for key, result in results.items():
         ref = result.subject
+        if refused_here(result):
+            parent = graph.parent_of(key)
+            presult = results.get(parent) if parent else None
+            if presult is not None:
+                # The parent is a root itself, or the member of one.
+                is_root = presult.status in _ROOTISH and graph.registry.is_tracked(
+                    presult.subject.group_kind
+                )
+                puid = presult.subject.uid if is_root else None
+                if presult.status is Rollup.ROLLED_UP and presult.root is not None:
+                    puid = presult.root.uid
+                if puid and (bucket := roots.get(puid)) is not None:
+                    bucket[3].append(ref)
         if result.status is not Rollup.ROLLED_UP or result.root is None:
             continue
         bucket = roots.get(result.root.uid)
@@ -110,7 +129,7 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
         elif graph.registry.is_tracked(ref.group_kind):
             bucket[1].append(ref)
     entries = []
-    for key, owned, pods in roots.values():
+    for key, owned, pods, unproven in roots.values():
         result = results[key]
         entries.append(
             RootEntry(
@@ -120,13 +139,14 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
                 failure=result.failure,
                 owned=_objs(graph, owned),
                 pods=_objs(graph, pods),
+                unproven=_objs(graph, unproven),
             )
         )
     entries.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
     return entries
 
 
-_ROOTISH = (Rollup.ROOT, Rollup.UNRESOLVED)
+_ROOTISH = (Rollup.ROOT, Rollup.UNRESOLVED, Rollup.UNPROVEN)
 
 
 def _objs(graph: OwnershipGraph, refs: list[ObjRef]) -> tuple[Obj, ...]:

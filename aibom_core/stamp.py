@@ -81,6 +81,24 @@ class Keys:
     def reason(self) -> str:
         return f"{self.prefix}rollup-reason"
 
+    @property
+    def edge_proof(self) -> str:
+        """The webhook's proof that an object's controller edge was proven (issue 12)."""
+        return f"{self.prefix}edge-proof"
+
+    @property
+    def replicaset_edge_proof(self) -> str:
+        """Where a ReplicaSet controlled by a Deployment keeps its own proof: the
+        deployment controller copies every Deployment annotation, `edge-proof`
+        included, onto its ReplicaSets (see `mirror_deployment`)."""
+        return f"{self.prefix}replicaset-edge-proof"
+
+    def proof_key(self, subject: GroupKind, owner: GroupKind) -> str:
+        """The annotation holding the proof of `subject`'s controller edge to `owner`."""
+        if subject == REPLICA_SET and owner == DEPLOYMENT:
+            return self.replicaset_edge_proof
+        return self.edge_proof
+
     def all(self) -> tuple[str, str, str, str]:
         return (self.root, self.root_uid, self.rollup, self.reason)
 
@@ -113,7 +131,9 @@ def stamp_of(result: WalkResult) -> Stamp:
         root_uid=(root.uid or None) if root else None,
         rollup=result.status.value,
         reason=(
-            str(result.failure) if result.status is Rollup.UNRESOLVED and result.failure else None
+            str(result.failure)
+            if result.status in (Rollup.UNRESOLVED, Rollup.UNPROVEN) and result.failure
+            else None
         ),
     )
 
@@ -203,6 +223,10 @@ def mirror_deployment(
     if subject != REPLICA_SET or owner is None or group_kind_of(owner) != DEPLOYMENT:
         return stamp
     if first_hop is None or first_hop.group_kind != DEPLOYMENT or first_hop.uid != _uid(owner):
+        return stamp
+    if stamp.rollup == Rollup.UNPROVEN.value:
+        # Its edge to the Deployment is not proven (issue 12): the Deployment's
+        # stamp says nothing about it (a forged ReplicaSet inherits nothing).
         return stamp
     ann = annotations_of(owner)
     if not any(k in ann for k in keys.all()):

@@ -34,6 +34,14 @@ class Reason(StrEnum):
     DEPTH_EXCEEDED = "DepthExceeded"
     CYCLE = "Cycle"
     TIMEOUT = "Timeout"
+    # Provenance (issue 12): the edge was not followed because nobody proved
+    # that whoever set it may control the owner (denied, or no verdict), or
+    # because the check itself failed (SubjectAccessReview error or timeout).
+    UNPROVEN = "Unproven"
+    UNCHECKED = "Unchecked"
+
+
+UNPROVEN_REASONS = frozenset({Reason.UNPROVEN, Reason.UNCHECKED})
 
 
 class Rollup(StrEnum):
@@ -43,6 +51,7 @@ class Rollup(StrEnum):
     ROLLED_UP = "rolled-up"
     UNRESOLVED = "unresolved"
     UNCOVERED = "uncovered"
+    UNPROVEN = "unproven"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,15 @@ class WalkResult:
         return len(self.chain)
 
 
+# The edge-trust input (issue 12): called with the child object, its ref and
+# its controller reference before that edge is followed; None means the edge
+# is proven, a reason (`Unproven`, `Unchecked`) that it is refused and not
+# followed. No trust input means every edge is trusted (the pre-provenance
+# rule). The webhook answers the first hop from a SubjectAccessReview, the
+# annotator and the offline scan from `aibom_core.provenance`.
+EdgeTrust = Callable[[Obj, ObjRef, OwnerRef], Reason | None]
+
+
 def _failed(req: OwnerRequest, reason: Reason) -> HopFailure:
     gk = req.owner.group_kind
     return HopFailure(reason=reason, group=gk.group, kind=gk.kind, name=req.owner.name)
@@ -106,12 +124,14 @@ def walk(
     registry: KindRegistry,
     max_depth: int = DEFAULT_MAX_DEPTH,
     namespace: str | None = None,
+    trust: EdgeTrust | None = None,
 ) -> Generator[OwnerRequest, Fetched, WalkResult]:
     """Walk controller ownerReferences up from `obj`; yields one request per hop.
 
     An object with no controller owner yields nothing (zero requests); nor
     does one whose controller is of a kind the registry does not know (not an
-    edge: the object is the top of its chain).
+    edge: the object is the top of its chain). An edge `trust` refuses is not
+    followed (no request for it either).
     """
     subject = ref_of(obj, namespace=namespace)
     ns = subject.namespace
@@ -135,6 +155,9 @@ def walk(
             break
         if owner.uid in seen:
             failure = _failed(req, Reason.CYCLE)
+            break
+        if trust is not None and (refused := trust(current, current_ref, owner)) is not None:
+            failure = _failed(req, refused)
             break
         got = yield req
         if got.obj is None:
@@ -180,7 +203,8 @@ def conclude(
         # unresolved and reported as its own root, so we are still covered.
         status, root = Rollup.ROLLED_UP, topmost
     elif failure is not None:
-        status, root = Rollup.UNRESOLVED, (subject if tracked_self else None)
+        status = Rollup.UNPROVEN if failure.reason in UNPROVEN_REASONS else Rollup.UNRESOLVED
+        root = subject if tracked_self else None
     elif tracked_self:
         status, root = Rollup.ROOT, subject
     else:
@@ -205,9 +229,10 @@ def resolve(
     lookup: Lookup,
     max_depth: int = DEFAULT_MAX_DEPTH,
     namespace: str | None = None,
+    trust: EdgeTrust | None = None,
 ) -> WalkResult:
     """Drive `walk` with a synchronous lookup (in-memory: offline scan, annotator)."""
-    gen = walk(obj, registry=registry, max_depth=max_depth, namespace=namespace)
+    gen = walk(obj, registry=registry, max_depth=max_depth, namespace=namespace, trust=trust)
     try:
         req = next(gen)
         while True:

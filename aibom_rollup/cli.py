@@ -45,6 +45,7 @@ from aibom_core.kinds import (
     default_registry,
     registry_from_config,
 )
+from aibom_core.provenance import ProofTrust, ProvenanceKeyError, load_key
 from aibom_core.rollup import RootEntry, inventory
 from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
 from aibom_core.walk import DEFAULT_MAX_DEPTH, WalkResult
@@ -90,6 +91,21 @@ def add_core_options(p: argparse.ArgumentParser) -> None:
         metavar="PREFIX",
         help=f"prefix of the stamp annotations (default {DEFAULT_PREFIX})",
     )
+
+
+def add_provenance_key_option(p: argparse.ArgumentParser, *, help_text: str) -> None:
+    p.add_argument("--provenance-key", metavar="FILE", help=help_text)
+
+
+def provenance_key_of(args: argparse.Namespace) -> bytes | None:
+    """The key of `--provenance-key FILE` (None without it); UsageError when unreadable."""
+    path = getattr(args, "provenance_key", None)
+    if not path:
+        return None
+    try:
+        return load_key(path)
+    except ProvenanceKeyError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def registry_of(args: argparse.Namespace) -> KindRegistry:
@@ -164,7 +180,23 @@ def read_dump(paths: Sequence[str]) -> Dump:
 
 
 def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
-    return build_graph(dump.objects, registry_of(args), max_depth=max_depth_of(args))
+    # Offline provenance (issue 12): a dump says nothing about who wrote an
+    # ownerReference; the webhook's edge-proof is the only evidence that can
+    # be checked after the fact. With --provenance-key, only edges whose proof
+    # verifies count (an auditor's view: nothing is absorbed on the say-so of
+    # a reference anyone who may create Pods could have written). Without it,
+    # edges are taken as written, as before, and stderr says so.
+    key = provenance_key_of(args)
+    trust = None
+    if key is not None:
+        trust = ProofTrust(key=key, keys=keys_of(args))
+    else:
+        print(
+            f"{PROG}: note: ownerReferences taken as written, not verified "
+            "(give --provenance-key to count only edges the webhook proved)",
+            file=sys.stderr,
+        )
+    return build_graph(dump.objects, registry_of(args), max_depth=max_depth_of(args), trust=trust)
 
 
 def _namespaces(args: argparse.Namespace, dump: Dump) -> list[str] | None:
@@ -199,6 +231,7 @@ def _summary(entry: RootEntry, facts: Facts, digest: str) -> dict[str, Any]:
         **({"rollupReason": entry.reason} if entry.reason else {}),
         "configMap": entry.configmap_name,
         "owned": [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in entry.owned],
+        **({"unproven": list(facts.unproven)} if facts.unproven else {}),
         "pods": len(entry.pods),
         "images": list(facts.images),
         "digests": list(facts.digests),
@@ -408,6 +441,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help=f"only namespaces of the dump labelled {OPT_IN_LABEL}=true",
     )
     add_core_options(scan)
+    add_provenance_key_option(scan, help_text=_OFFLINE_KEY_HELP)
     scan.set_defaults(func=cmd_scan)
 
     tree = sub.add_parser(
@@ -423,6 +457,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "-o", "--output", dest="output_format", choices=["text", "json"], default="text"
     )
     add_core_options(tree)
+    add_provenance_key_option(tree, help_text=_OFFLINE_KEY_HELP)
     tree.set_defaults(func=cmd_tree)
 
     kinds = sub.add_parser(
@@ -467,6 +502,13 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         p.set_defaults(func=_runner(mod.run))
     return parser
 
+
+_OFFLINE_KEY_HELP = (
+    "the webhook's provenance key (base64 text, as `certs` writes provenance.key): count "
+    "only controller edges whose aibom.dev/edge-proof verifies; other objects are "
+    "`unproven`, never absorbed (listed as aibom.rollup.unproven.<i>). Without it, "
+    "ownerReferences are taken as written"
+)
 
 Runner = Callable[[argparse.Namespace, TextIO], int]
 

@@ -604,6 +604,42 @@ class Kube:
         # 429 / 5xx: the API did not give an answer in time.
         return Fetched(failure=Reason.TIMEOUT)
 
+    # -- provenance (issue 12): what the webhook's edge check reads -----------
+
+    async def finalizers_resource(self, owner: OwnerRef) -> str | None:
+        """The plural resource of the owner's kind (None: not served)."""
+        res = await self.discovery.resource(owner.group_kind)
+        return res.plural if res is not None else None
+
+    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
+        """POST a SubjectAccessReview; `status.allowed`. KubeError on a non-201 answer."""
+        path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+        resp = await self.request("POST", path, json=body, timeout=timeout)
+        if resp.status not in (200, 201) or not isinstance(resp.body, dict):
+            raise KubeError(f"POST {path}: HTTP {resp.status}")
+        status = resp.body.get("status")
+        return isinstance(status, dict) and status.get("allowed") is True
+
+    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
+        """A namespace's labels (None: it does not exist); KubeError on other answers."""
+        resp = await self.request("GET", f"/api/v1/namespaces/{name}", timeout=timeout)
+        if resp.status == 404:
+            return None
+        if resp.status != 200 or not isinstance(resp.body, dict):
+            raise KubeError(f"GET namespace {name}: HTTP {resp.status}")
+        labels = (resp.body.get("metadata") or {}).get("labels")
+        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+    async def binding_exists(self, name: str, *, timeout: float) -> bool:
+        """Whether a ValidatingAdmissionPolicyBinding of this name exists."""
+        path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}"
+        resp = await self.request("GET", path, timeout=timeout)
+        if resp.status == 404:
+            return False
+        if resp.status != 200:
+            raise KubeError(f"GET {path}: HTTP {resp.status}")
+        return True
+
     async def watch(
         self, path: str, params: Mapping[str, str] | None = None
     ) -> AsyncIterator[dict[str, Any]]:

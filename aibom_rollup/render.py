@@ -197,8 +197,13 @@ def tree_of(graph: OwnershipGraph, key: str, results: dict[str, WalkResult], key
         assert ref is not None and obj is not None
         parent = graph.parent_of(k)
         own = stamp_of(results[k])
+        chain = results[k].chain
         stamp = mirror_deployment(
-            own, subject=ref.group_kind, owner=graph.get(parent) if parent else None, keys=keys
+            own,
+            subject=ref.group_kind,
+            owner=graph.get(parent) if parent else None,
+            keys=keys,
+            first_hop=chain[0] if chain else None,
         )
         mirrored = None
         if stamp != own and parent is not None:

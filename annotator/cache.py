@@ -26,10 +26,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from aibom_core.graph import OwnershipGraph, key_of
+from aibom_core.graph import OwnershipGraph, key_of, refused_here
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
+from aibom_core.provenance import ProofTrust
 from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
+from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import DocLabels
 from annotator.keys import RootKey, SweepKey
@@ -37,6 +39,8 @@ from annotator.keys import RootKey, SweepKey
 NAMESPACE = GroupKind("", "Namespace")
 CONFIGMAP = GroupKind("", "ConfigMap")
 DEFAULT_OPT_IN_LABEL = "aibom.dev/enabled"
+# Provenance (issue 12): the guard's opt-out label.
+GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
 
 CmName = tuple[str, str]  # namespace, name
 
@@ -79,9 +83,18 @@ class ClusterState:
         max_depth: int = DEFAULT_MAX_DEPTH,
         opt_in_label: tuple[str, str] = (DEFAULT_OPT_IN_LABEL, "true"),
         labels: DocLabels | None = None,
+        provenance_key: bytes | None = None,
+        keys: Keys | None = None,
+        trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
-        self.graph = OwnershipGraph(registry, max_depth=max_depth)
+        # Provenance (issue 12): an edge counts when its namespace is guarded
+        # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
+        self.binding_exists = False
+        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys(), guarded=self.guarded)
+        self.graph = OwnershipGraph(
+            registry, max_depth=max_depth, trust=None if trust_all else self.trust
+        )
         self.registry = registry
         self.opt_in_label = opt_in_label
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -97,6 +110,40 @@ class ClusterState:
     def opted_in(self, namespace: str) -> bool:
         return namespace in self._opted
 
+    def guard_disabled(self, namespace: str) -> bool:
+        """Opted in, but labelled out of the provenance guard."""
+        labels = self.namespaces.get(namespace) or {}
+        return labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]
+
+    def guarded(self, namespace: str) -> bool:
+        """The contract's guarded namespace: opted in, no opt-out label, binding exists."""
+        return (
+            self.binding_exists and namespace in self._opted and not self.guard_disabled(namespace)
+        )
+
+    def set_binding(self, exists: bool) -> Dirty:
+        """The guard's binding appeared or went away: every walk may change."""
+        if exists == self.binding_exists:
+            return Dirty()
+        self.binding_exists = exists
+        return Dirty(full=not self.bulk)
+
+    def unproven_edges(self) -> Counter[str]:
+        """Per opted-in namespace, controller edges (to a known owner) that are not proven."""
+        out: Counter[str] = Counter()
+        graph = self.graph
+        if graph.trust is None:
+            return out
+        for key in list(graph.keys()):
+            ref = graph.ref(key)
+            if ref is None or ref.namespace not in self._opted or graph.parent_of(key) is None:
+                continue
+            obj = graph.get(key)
+            owner = controller_ref(obj) if obj is not None else None
+            if obj is not None and owner is not None and graph.trust(obj, ref, owner) is not None:
+                out[ref.namespace] += 1
+        return out
+
     def _labelled(self, labels: Mapping[str, str]) -> bool:
         key, value = self.opt_in_label
         return labels.get(key) == value
@@ -111,6 +158,26 @@ class ClusterState:
             return None
         return RootKey.of(result.root)
 
+    def listing_root_of(self, key: str) -> RootKey | None:
+        """The root whose document lists the object as unproven (its own edge is
+        refused): the root covering its owner. None otherwise."""
+        result = self.graph.resolve_key(key)
+        if result is None or not refused_here(result):
+            return None
+        parent = self.graph.parent_of(key)
+        return self.root_key_of(parent) if parent is not None else None
+
+    def _roots_of(self, key: str) -> set[RootKey]:
+        """The documents an object's change can alter: its root's, or the one listing it."""
+        out = set()
+        root = self.root_key_of(key)
+        if root is not None:
+            out.add(root)
+        listing = self.listing_root_of(key)
+        if listing is not None:
+            out.add(listing)
+        return out
+
     def roots(self, namespaces: Iterable[str] | None = None) -> list[RootKey]:
         """Every root now (tracked objects whose walk says root or unresolved), sorted."""
         wanted = set(namespaces) if namespaces is not None else None
@@ -122,7 +189,11 @@ class ClusterState:
             if wanted is not None and ref.namespace not in wanted:
                 continue
             result = self.graph.resolve_key(key)
-            if result is not None and result.status in (Rollup.ROOT, Rollup.UNRESOLVED):
+            if result is not None and result.status in (
+                Rollup.ROOT,
+                Rollup.UNRESOLVED,
+                Rollup.UNPROVEN,
+            ):
                 out.append(RootKey.of(ref))
         out.sort()
         return out
@@ -244,9 +315,7 @@ class ClusterState:
         if old is not None and controller_ref(old) == controller_ref(obj):
             self.graph.upsert(obj)
             dirty = Dirty(stamps={key})
-            root = self.root_key_of(key)
-            if root is not None:
-                dirty.roots.add(root)
+            dirty.roots |= self._roots_of(key)
             return dirty
         if old is None:
             # New: objects that already claimed this UID (children created
@@ -289,9 +358,7 @@ class ClusterState:
         keys = [key, *self.graph.descendants(key)] if descendants else [key]
         for k in keys:
             dirty.stamps.add(k)
-            root = self.root_key_of(k)
-            if root is not None:
-                dirty.roots.add(root)
+            dirty.roots |= self._roots_of(k)
         return dirty
 
     # -- namespaces ----------------------------------------------------------------
@@ -306,11 +373,18 @@ class ClusterState:
             self._opted_frozen = frozenset(self._opted)
             return Dirty()
         labels = meta.get("labels")
+        was_guarded = self.guarded(name)
+        roots_before = set(self.roots([name])) if not self.bulk and was else set()
         self.namespaces[name] = dict(labels) if isinstance(labels, dict) else {}
         now = self._labelled(self.namespaces[name])
         if now != was:
             (self._opted.add if now else self._opted.discard)(name)
             self._opted_frozen = frozenset(self._opted)
+        if not self.bulk and was and now and self.guarded(name) != was_guarded:
+            # Guarded or not any more (opt-out label): which edges count changed.
+            dirty = Dirty(roots=roots_before | set(self.roots([name])))
+            dirty.stamps = set(self.graph.namespace_keys(name))
+            return dirty
         if self.bulk or was == now:
             return Dirty()
         if now:

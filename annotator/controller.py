@@ -50,6 +50,7 @@ from annotator.writer import NotLeader, WriteError, Writer
 log = logging.getLogger("annotator")
 
 STAMP_MODES = ("opted-in", "all", "off")
+GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding (issue 12)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Settings:
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
     watch_idle_timeout: float = 90.0
+    # Provenance (issue 12): the webhook's edge-proof key; trust every edge instead.
+    provenance_key: bytes | None = None
+    trust_owner_references: bool = False
 
     @property
     def generator(self) -> str:
@@ -105,6 +109,9 @@ class Controller:
             max_depth=settings.max_depth,
             opt_in_label=settings.namespace_label,
             labels=settings.labels,
+            provenance_key=settings.provenance_key,
+            keys=settings.keys,
+            trust_all=settings.trust_owner_references,
         )
         self.slim = slimmer(settings.registry, stamp_prefix=settings.keys.prefix)
         self.wanted: tuple[GroupKind, ...] = tuple(
@@ -120,6 +127,7 @@ class Controller:
         self.synced = asyncio.Event()
         self._logged: set[tuple[str, ...]] = set()
         self._events_sent: set[tuple[str, str]] = set()
+        self._unproven_reported: set[str] = set()
         self.ledger = RepairLedger()
         self.identity = election.identity if election else "annotator"
         self.elector = (
@@ -330,7 +338,46 @@ class Controller:
 
     # -- discovery supervisor --------------------------------------------------------------
 
+    async def check_guard(self) -> None:
+        """Whether the guard's ValidatingAdmissionPolicyBinding exists (issue 12); report
+        opted-in namespaces whose guard is opted out, and count unproven edges."""
+        try:
+            exists = await self.kube.binding_exists(GUARD_BINDING, timeout=10)
+        except (KubeError, TimeoutError) as exc:
+            self._once(
+                ("guard-binding",),
+                "cannot read the provenance guard's binding: no namespace counts as guarded",
+                binding=GUARD_BINDING,
+                error=str(exc)[:300],
+            )
+            exists = False
+        if exists != self.state.binding_exists:
+            log.info(
+                "provenance guard binding " + ("found" if exists else "absent"),
+                extra={"binding": GUARD_BINDING},
+            )
+        self._dirty(self.state.set_binding(exists))
+        disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]
+        self.metrics.guard_disabled.set(len(disabled))
+        for ns in disabled:
+            self._once(
+                ("guard-disabled", ns),
+                "opted-in namespace has the provenance guard disabled: its ownerReferences "
+                "count only with the webhook's edge-proof",
+                namespace=ns,
+            )
+        self.report_unproven()
+
+    def report_unproven(self) -> None:
+        counts = self.state.unproven_edges()
+        for ns in set(self._unproven_reported) - set(counts):
+            self.metrics.unproven_edges.labels(ns).set(0)
+        for ns, n in counts.items():
+            self.metrics.unproven_edges.labels(ns).set(n)
+        self._unproven_reported = set(counts)
+
     async def supervise_once(self) -> None:
+        await self.check_guard()
         try:
             await self.kube.discovery.refresh()
         except (KubeError, TimeoutError) as exc:

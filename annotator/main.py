@@ -25,7 +25,14 @@ import os
 import signal
 import socket
 
-from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of, tool_version
+from aibom_rollup.cli import (
+    UsageError,
+    add_core_options,
+    keys_of,
+    provenance_key_of,
+    registry_of,
+    tool_version,
+)
 from aibom_rollup.kube import Kube, KubeError
 from aibom_rollup.logs import FORMATS
 from annotator import logs
@@ -272,6 +279,21 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default="info",
         help="(default: %(default)s)",
     )
+    prov = p.add_argument_group("provenance (which controller references count)")
+    prov.add_argument(
+        "--provenance-key",
+        metavar="FILE",
+        help="the webhook's edge-proof key (the same file; base64 text as `aibom-rollup "
+        "certs` writes provenance.key). Outside guarded namespaces only edges whose "
+        "aibom.dev/edge-proof verifies with it are followed; without it, none are",
+    )
+    prov.add_argument(
+        "--trust-owner-references",
+        action="store_true",
+        help="follow every controller reference as written, proven or not (the behaviour "
+        "before provenance; only for clusters that enforce the rule another way). "
+        "Documents still say whether their namespace is guarded",
+    )
     add_core_options(p)
 
 
@@ -301,6 +323,8 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         size_limit=args.max_document_bytes,
         sync_timeout=args.sync_timeout,
         watch_idle_timeout=args.watch_idle_timeout,
+        provenance_key=provenance_key_of(args),
+        trust_owner_references=args.trust_owner_references,
     )
     if args.api_retries < 0:
         raise UsageError(f"--api-retries must be >= 0, got {args.api_retries}")

@@ -181,6 +181,19 @@ class Metrics:
             "1 while this replica holds the leader Lease (only the leader writes).",
             registry=r,
         )
+        self.unproven_edges = Gauge(
+            "aibom_annotator_unproven_edges",
+            "Controller edges (to a known owner) not followed because they are not proven "
+            "(no guard, no verifying edge-proof), per opted-in namespace.",
+            ["namespace"],
+            registry=r,
+        )
+        self.guard_disabled = Gauge(
+            "aibom_annotator_guard_disabled_namespaces",
+            "Opted-in namespaces labelled aibom.dev/provenance-guard=disabled (their "
+            "edges count only with the webhook's edge-proof).",
+            registry=r,
+        )
         self.ready = Gauge(
             "aibom_annotator_ready",
             "1 once every kind's first list has synced (or the kind is known unreadable).",

@@ -16,6 +16,7 @@ the child's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class Outcome(StrEnum):
     MATCHED = "matched"
     ROLLED_UP = "rolled_up"
     ROLLUP_UNRESOLVED = "rollup_unresolved"
+    ROLLUP_UNPROVEN = "rollup_unproven"  # its own controller edge is not proven (issue 12)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -112,7 +114,8 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version
     entry = root_entry(graph, key.uid)
     if entry is None:  # not tracked, or not a root: nothing to document
         return RootPlan(key=key, outcome=Outcome.UNMATCHED, ref=ref)
-    facts = facts_of(entry.view, graph.registry)
+    view = dataclasses.replace(entry.view, guarded=state.guarded(ref.namespace))
+    facts = facts_of(view, graph.registry)
     digest = input_hash(facts, tool_version=tool_version)
     name = configmap_name(ref.kind, ref.name)
     current = is_current(
@@ -132,7 +135,7 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version
     ]
     return RootPlan(
         key=key,
-        outcome=Outcome.MATCHED if entry.status is Rollup.ROOT else Outcome.ROLLUP_UNRESOLVED,
+        outcome=_OUTCOME[entry.status],
         ref=ref,
         api_version=api_version,
         failure=entry.failure,
@@ -144,6 +147,13 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version
         owned=owned_refs,
         pods=len(entry.pods),
     )
+
+
+_OUTCOME = {
+    Rollup.ROOT: Outcome.MATCHED,
+    Rollup.UNRESOLVED: Outcome.ROLLUP_UNRESOLVED,
+    Rollup.UNPROVEN: Outcome.ROLLUP_UNPROVEN,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from aibom_core.provenance import new_key_text
 from aibom_rollup.cli import UsageError
 from certs.pki import KeyPair, PkiError, issue_serving, load_pair, new_ca, service_dns_names
 from certs.webhookconfig import DEFAULT_NAMESPACE, ConfigError, ca_bundle, fill
@@ -166,6 +167,11 @@ def run(args: argparse.Namespace) -> int:
     _write(out / "tls.key", serving.key_pem, 0o600)
     _write(out / "tls.crt", serving.cert_pem, 0o644)
     written = ["ca.crt", "tls.crt", "tls.key"] + (["ca.key"] if made else [])
+    # The edge-proof key (issue 12): made once, never replaced (a new key
+    # would invalidate every proof already written).
+    if not (out / "provenance.key").exists():
+        _write(out / "provenance.key", new_key_text(), 0o600)
+        written.append("provenance.key")
     if config is not None:
         if args.config_out == "-":
             sys.stdout.write(config)

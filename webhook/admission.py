@@ -54,6 +54,8 @@ class Review:
     obj: Obj | None
     old_obj: Obj | None
     dry_run: bool
+    # request.userInfo, raw (provenance: who set the controller reference).
+    user_info: dict[str, Any] | None = None
 
     @property
     def stampable(self) -> bool:
@@ -142,6 +144,7 @@ def parse_review(body: bytes) -> Review:
         obj=obj if isinstance(obj, dict) else None,
         old_obj=old if isinstance(old, dict) else None,
         dry_run=req.get("dryRun") is True,
+        user_info=req["userInfo"] if isinstance(req.get("userInfo"), dict) else None,
     )
 
 

@@ -18,15 +18,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.objects import Obj
+from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
 from aibom_core.stamp import (
     REPLICA_SET,
     Keys,
+    escape_pointer,
     mirror_agrees,
     mirror_deployment,
     stamp_of,
@@ -45,6 +47,7 @@ from webhook.admission import (
 from webhook.auth import CallerAuth
 from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
+from webhook.provenance import EdgeDecision, Provenance, Verdict
 from webhook.resolver import Resolver
 
 log = logging.getLogger("webhook.admission")
@@ -85,11 +88,14 @@ class Admitter:
         registry: KindRegistry,
         keys: Keys,
         metrics: Metrics,
+        provenance: Provenance | None = None,
     ) -> None:
         self._resolver = resolver
         self._registry = registry
         self._keys = keys
         self._metrics = metrics
+        # None: every controller edge is taken as written (no provenance check).
+        self._provenance = provenance
         self._logged: set[tuple[str, str]] = set()
 
     def kind_label(self, review: Review) -> str:
@@ -120,8 +126,14 @@ class Admitter:
             def cached_ok(owner: Obj) -> bool:
                 return mirror_agrees(obj, owner, keys=keys)
 
+        started = time.monotonic()
+        decision = await self._decide(review, obj)
         resolution = await self._resolver.resolve(
-            obj, namespace=review.namespace, cached_ok=cached_ok
+            obj,
+            namespace=review.namespace,
+            cached_ok=cached_ok,
+            trust=decision.trust if decision is not None else None,
+            deadline=self._resolver.deadline - (time.monotonic() - started),
         )
         result = resolution.result
         m = self._metrics
@@ -145,6 +157,13 @@ class Admitter:
             first_hop=result.chain[0] if result.chain else None,
         )
         ops = stamp_patch(obj, stamp, keys=self._keys)
+        if self._provenance is not None:
+            ops += proof_ops(
+                obj,
+                decision,
+                keys=self._keys,
+                map_added=any(op["path"] == "/metadata/annotations" for op in ops),
+            )
         if ops:
             m.patches.labels(gk.kind).inc()
         if log.isEnabledFor(logging.DEBUG):
@@ -163,6 +182,44 @@ class Admitter:
                 },
             )
         return patched(review.uid, ops), result.status.value
+
+    async def _decide(self, review: Review, obj: Obj) -> EdgeDecision | None:
+        """The provenance of the object's own controller edge (None: none, or no check)."""
+        if self._provenance is None:
+            return None
+        decision = await self._provenance.decide(
+            obj,
+            operation=review.operation,
+            old_obj=review.old_obj,
+            namespace=review.namespace,
+            user_info=review.user_info,
+            remaining=self._resolver.deadline,
+        )
+        if decision is None:
+            return None
+        m = self._metrics
+        check = decision.check
+        if check is not None:
+            m.provenance_checks.labels(check.verdict.value).inc()
+            if check.cached:
+                m.provenance_cache_hits.inc()
+            if check.verdict is not Verdict.ALLOWED:
+                user = (review.user_info or {}).get("username")
+                log.log(
+                    logging.INFO if check.verdict is Verdict.ERROR else logging.DEBUG,
+                    "controller edge not proven; not followed, stamped unproven",
+                    extra={
+                        "namespace": review.namespace,
+                        "kind": review.kind,
+                        "object": review.name or _name(review),
+                        "user": user,
+                        "result": check.verdict.value,
+                        "detail": check.detail,
+                    },
+                )
+        elif decision.kept:
+            m.provenance_checks.labels("kept").inc()
+        return decision
 
     def _unresolved(self, review: Review, gk: GroupKind, reason_text: str, reason: str) -> None:
         self._metrics.unresolved.labels(gk.kind, reason).inc()
@@ -183,6 +240,42 @@ class Admitter:
                 "first": first,
             },
         )
+
+
+def proof_ops(
+    obj: Obj, decision: EdgeDecision | None, *, keys: Keys, map_added: bool = False
+) -> list[dict[str, Any]]:
+    """JSONPatch ops that make the object carry exactly the decided proof (removed
+    when there is none: a user-written value never survives), and the name the
+    proof binds when the API server would only generate it later.
+
+    The proof goes under `Keys.proof_key`: a ReplicaSet controlled by a
+    Deployment keeps its own under `replicaset-edge-proof` and leaves
+    `edge-proof` to the deployment controller, which copies the Deployment's
+    there (overwriting that copy would loop, as the stamp would).
+    """
+    want = decision.proof if decision is not None else None
+    ops: list[dict[str, Any]] = []
+    if decision is not None and decision.name and want is not None:
+        ops.append({"op": "add", "path": "/metadata/name", "value": decision.name})
+    owner = controller_ref(obj)
+    subject = group_kind_of(obj)
+    target = keys.proof_key(subject, owner.group_kind) if owner else keys.edge_proof
+    current = annotations_of(obj)
+    for key in (keys.edge_proof, keys.replicaset_edge_proof):
+        path = f"/metadata/annotations/{escape_pointer(key)}"
+        value = want if key == target else None
+        if key != target and target == keys.replicaset_edge_proof:
+            continue  # the Deployment's copy: the deployment controller's, not ours
+        if value is None:
+            if key in current:
+                ops.append({"op": "remove", "path": path})
+        elif current.get(key) != value:
+            if not map_added and not isinstance(metadata(obj).get("annotations"), dict):
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+                map_added = True
+            ops.append({"op": "add", "path": path, "value": value})
+    return ops
 
 
 def _name(review: Review) -> str:

@@ -25,7 +25,13 @@ from aiohttp import web
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
 from aibom_rollup import logs
-from aibom_rollup.cli import UsageError, add_core_options, keys_of, registry_of
+from aibom_rollup.cli import (
+    UsageError,
+    add_core_options,
+    keys_of,
+    provenance_key_of,
+    registry_of,
+)
 from webhook.app import Admitter, Readiness, make_app
 from webhook.auth import AuthError, CallerAuth
 from webhook.guard import (
@@ -36,6 +42,16 @@ from webhook.guard import (
     GuardedSite,
 )
 from webhook.metrics import Metrics
+from webhook.provenance import (
+    DEFAULT_GUARD_TTL,
+    DEFAULT_SAR_SIZE,
+    DEFAULT_SAR_TTL,
+    EdgeChecker,
+    GuardCache,
+    Provenance,
+    ProvenanceSource,
+    SarCache,
+)
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_CACHE_TTL,
@@ -144,6 +160,37 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"owners kept at most, least recently used go first (default {DEFAULT_CACHE_SIZE})",
     )
+    prov = p.add_argument_group("provenance (who may set a controller reference)")
+    prov.add_argument(
+        "--provenance-key",
+        metavar="FILE",
+        help="key of the aibom.dev/edge-proof annotation (base64 text of 32 random bytes, "
+        "as `aibom-rollup certs` writes provenance.key; the annotator needs the same "
+        "file). Without it edges are still checked and stamped, but no proof is written",
+    )
+    prov.add_argument(
+        "--sar-cache-ttl",
+        type=float,
+        default=DEFAULT_SAR_TTL,
+        metavar="SECONDS",
+        help="how long a SubjectAccessReview verdict (per identity and owner) is reused "
+        f"(0 disables; default {DEFAULT_SAR_TTL:g})",
+    )
+    prov.add_argument(
+        "--sar-cache-size",
+        type=int,
+        default=DEFAULT_SAR_SIZE,
+        metavar="N",
+        help=f"verdicts kept at most (default {DEFAULT_SAR_SIZE})",
+    )
+    prov.add_argument(
+        "--namespace-label",
+        default="aibom.dev/enabled=true",
+        metavar="KEY=VALUE",
+        help="the opt-in label; with the ValidatingAdmissionPolicyBinding "
+        "aibom-rollup-provenance and no aibom.dev/provenance-guard=disabled label it makes "
+        "a namespace guarded (default aibom.dev/enabled=true)",
+    )
     add_core_options(p)
     logs = p.add_argument_group("logging")
     logs.add_argument(
@@ -175,12 +222,21 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
     if args.max_connections < 1:
         raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
+    if args.sar_cache_ttl < 0 or args.sar_cache_size < 1:
+        raise UsageError("--sar-cache-ttl must be >= 0 and --sar-cache-size >= 1")
 
 
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     registry = registry_of(args)
     keys = keys_of(args)
+    key = provenance_key_of(args)
+    label_key, sep, label_value = args.namespace_label.partition("=")
+    if not label_key.strip():
+        raise UsageError(
+            f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
+        )
+    opt_in = (label_key.strip(), label_value.strip() if sep else "true")
     configure_logging(level=args.log_level, fmt=args.log_format)
     try:
         reloader = CertReloader(
@@ -194,7 +250,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except (CertError, AuthError) as exc:
         raise UsageError(str(exc)) from None
-    return asyncio.run(_main(args, registry=registry, keys=keys, reloader=reloader, auth=auth))
+    return asyncio.run(
+        _main(
+            args,
+            registry=registry,
+            keys=keys,
+            reloader=reloader,
+            auth=auth,
+            key=key,
+            opt_in=opt_in,
+        )
+    )
 
 
 async def _main(
@@ -203,6 +269,8 @@ async def _main(
     registry: KindRegistry,
     keys: Keys,
     reloader: CertReloader,
+    key: bytes | None,
+    opt_in: tuple[str, str],
     auth: CallerAuth | None = None,
 ) -> int:
     from aibom_rollup.kube import Kube, KubeError
@@ -231,7 +299,16 @@ async def _main(
                 max_connections=args.max_connections,
             ),
             auth=auth,
+            provenance_source=kube,
+            provenance_key=key,
+            sar_cache=SarCache(ttl=args.sar_cache_ttl, size=args.sar_cache_size),
+            opt_in=opt_in,
         )
+        if key is None:
+            log.warning(
+                "no --provenance-key: controller edges are checked and stamped, but no "
+                "edge-proof is written (the annotator then cannot tell proven edges)"
+            )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, server.request_stop, sig.name)
@@ -269,6 +346,10 @@ class Server:
         metrics: Metrics | None = None,
         guard: ConnectionGuard | None = None,
         auth: CallerAuth | None = None,
+        provenance_source: ProvenanceSource | None = None,
+        provenance_key: bytes | None = None,
+        sar_cache: SarCache | None = None,
+        opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
     ) -> None:
         self.metrics = metrics or Metrics()
         self.guard = guard if guard is not None else ConnectionGuard()
@@ -278,8 +359,28 @@ class Server:
         self.resolver = Resolver(
             source, registry=registry, max_depth=max_depth, deadline=walk_deadline, cache=cache
         )
+        # No provenance source: every controller edge is taken as written (tests
+        # and benchmarks of the walk alone); the command always has one.
+        self.provenance: Provenance | None = None
+        if provenance_source is not None:
+            self.provenance = Provenance(
+                EdgeChecker(provenance_source, cache=sar_cache),
+                GuardCache(
+                    provenance_source,
+                    opt_in=opt_in,
+                    ttl=DEFAULT_GUARD_TTL,
+                    on_get=self.metrics.guard_lookups.inc,
+                ),
+                key=provenance_key,
+                keys=keys,
+                check_budget=walk_deadline / 2,
+            )
         admitter = Admitter(
-            resolver=self.resolver, registry=registry, keys=keys, metrics=self.metrics
+            resolver=self.resolver,
+            registry=registry,
+            keys=keys,
+            metrics=self.metrics,
+            provenance=self.provenance,
         )
         self.app = make_app(
             admitter=admitter,

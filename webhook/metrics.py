@@ -81,6 +81,26 @@ class Metrics:
             ["source"],
             registry=r,
         )
+        self.provenance_checks = Counter(
+            "aibom_webhook_provenance_checks_total",
+            "Checks of an object's own controller edge (issue 12): `allowed`, `denied` "
+            "(not followed, stamped unproven), `error` (review failed or timed out: "
+            "stamped unproven, reason Unchecked), `kept` (an UPDATE keeping the reference: "
+            "oldObject's verdict, no review).",
+            ["result"],
+            registry=r,
+        )
+        self.provenance_cache_hits = Counter(
+            "aibom_webhook_provenance_cache_hits_total",
+            "Edge checks answered from the SubjectAccessReview cache.",
+            registry=r,
+        )
+        self.guard_lookups = Counter(
+            "aibom_webhook_provenance_guard_gets_total",
+            "API GETs made to learn whether a namespace is guarded (namespace labels, "
+            "the ValidatingAdmissionPolicyBinding); cached for a short TTL.",
+            registry=r,
+        )
         self.cert_reloads = Counter(
             "aibom_webhook_cert_reloads_total",
             "Serving certificate (re)loads, by result.",

@@ -64,7 +64,15 @@ from typing import Protocol
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.objects import Obj, OwnerRef
-from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason, WalkResult, walk
+from aibom_core.walk import (
+    DEFAULT_MAX_DEPTH,
+    EdgeTrust,
+    Fetched,
+    OwnerRequest,
+    Reason,
+    WalkResult,
+    walk,
+)
 
 DEFAULT_DEADLINE = 1.5
 DEFAULT_CACHE_TTL = 5.0
@@ -162,6 +170,7 @@ class Resolver:
         self._registry = registry
         self._max_depth = max_depth
         self._deadline = deadline
+        self.deadline = deadline
         self.cache = cache if cache is not None else OwnerCache()
         self._in_flight: dict[_FlightKey, asyncio.Future[Fetched]] = {}
 
@@ -171,9 +180,19 @@ class Resolver:
         *,
         namespace: str,
         cached_ok: Callable[[Obj], bool] | None = None,
+        trust: EdgeTrust | None = None,
+        deadline: float | None = None,
     ) -> Resolution:
-        """The walk; `cached_ok(owner)` False refuses a cached first-hop owner (GET instead)."""
-        gen = walk(obj, registry=self._registry, max_depth=self._max_depth, namespace=namespace)
+        """The walk. `cached_ok(owner)` False refuses a cached first-hop owner (GET
+        instead); `trust`: the walk's edge-trust input (provenance); `deadline`:
+        seconds left (default: the resolver's whole deadline)."""
+        gen = walk(
+            obj,
+            registry=self._registry,
+            max_depth=self._max_depth,
+            namespace=namespace,
+            trust=trust,
+        )
         gets = cached = shared = refreshed = 0
         first: Obj | None = None
         try:
@@ -181,7 +200,7 @@ class Resolver:
         except StopIteration as stop:  # no controller owner: zero requests
             return Resolution(result=stop.value, owner=None, gets=0, cached=0, shared=0)
         loop = asyncio.get_running_loop()
-        until = loop.time() + self._deadline
+        until = loop.time() + (self._deadline if deadline is None else deadline)
         while True:
             hit = self.cache.get(req.owner.uid)
             if hit is not None and not _at(hit, req):

@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import yaml
@@ -352,13 +352,16 @@ class Annotator:
     args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = field(default_factory=free_port)
+    # Objects the tests make as the admin carry no provenance proof; tests about
+    # anything but provenance take controller references as written.
+    trust_references: bool = False
     health_port: int = field(default_factory=free_port)
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.identity}.log"
 
-    def start(self) -> Annotator:
+    def start(self) -> Self:
         cmd = [
             sys.executable,
             "-m",
@@ -375,6 +378,7 @@ class Annotator:
             "--log-format=json",
             "--rediscovery-interval=2",
             "--stamp-settle=0.5",
+            *(("--trust-owner-references",) if self.trust_references else ()),
             *self.args,
         ]
         env = child_env()
@@ -406,7 +410,7 @@ class Annotator:
         assert self.alive(), f"annotator exited:\n{self.tail()}"
         return self._get(self.health_port, "/readyz")[0] == 200
 
-    def wait_ready(self, timeout: float = 60) -> Annotator:
+    def wait_ready(self, timeout: float = 60) -> Self:
         wait_for(f"annotator {self.identity} ready", self.ready, timeout)
         return self
 
@@ -431,7 +435,7 @@ class Annotator:
     def leading(self) -> bool:
         return self.metric("aibom_annotator_leader") == 1.0
 
-    def wait_leading(self, timeout: float = 30) -> Annotator:
+    def wait_leading(self, timeout: float = 30) -> Self:
         wait_for(f"{self.identity} to lead", self.leading, timeout)
         return self
 
@@ -552,6 +556,9 @@ def start(tmp_path: Path, identity: Path, ns: str) -> Iterator[Callable[..., Ann
     def make(
         *args: str, kubeconfig: Path | None = None, ident: str = "annotator-a", wait: bool = True
     ) -> Annotator:
+        # These tests are about everything but provenance (tests/integration/
+        # test_provenance.py): objects made by the admin are taken as written.
+        args = ("--trust-owner-references", *args)
         a = Annotator(kubeconfig or identity, tmp_path, ns, identity=ident, args=args).start()
         started.append(a)
         if wait:

@@ -20,19 +20,19 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from annotator.configmap import unpack
+from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, bind_rules
 from tests.integration.apiproxy import ApiProxy
 from tests.integration.test_annotator import (
     LABEL_KEY,
     MANAGED,
     RBAC,
-    Annotator,
     apply,
     dcd,
     deployment,
@@ -46,8 +46,17 @@ from tests.integration.test_annotator import (
     statefulset,
     wait_for,
 )
+from tests.integration.test_annotator import Annotator as _Annotator
 
 pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Annotator(_Annotator):
+    """These tests are about faults, not provenance: references taken as written."""
+
+    trust_references: bool = True
+
 
 DCD_PATH = "/apis/nvidia.com/v1beta1/namespaces/{ns}/dynamocomponentdeployments"
 DCD_LIST = "/apis/nvidia.com/v1beta1/dynamocomponentdeployments"

@@ -146,7 +146,7 @@ def world(
     for pod in pods:
         set_digest(cp, ns, pod["metadata"]["name"], IMAGE, SHA)
     workdir = tmp_path_factory.mktemp("plugin-annotator")
-    annotator = Annotator(identity, workdir, ns).start()
+    annotator = Annotator(identity, workdir, ns, trust_references=True).start()
     try:
         annotator.wait_ready().wait_leading()
         wait_for(

@@ -207,6 +207,9 @@ class Webhook:
                 "debug",
                 "--cert-check-interval",
                 "0.5",
+                # The edge-proof key `certs` wrote next to the certificate (issue 12).
+                "--provenance-key",
+                str(self.dir / "provenance.key"),
                 *self.args,
             ],
             cwd=REPO_ROOT,

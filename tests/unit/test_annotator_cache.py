@@ -35,7 +35,7 @@ def uid(obj: Obj) -> str:
 
 
 def state_with(*objs: Obj, opted: bool = True) -> ClusterState:
-    st = ClusterState(REG)
+    st = ClusterState(REG, trust_all=True)  # provenance has its own tests
     st.upsert(NAMESPACE, ns("ns", opted=opted))
     for o in objs:
         assert not st.upsert(group_kind_of(o), o)  # bulk: nothing analysed

@@ -48,7 +48,8 @@ class Recorder:
 
 
 def controller(writer: Recorder) -> tuple[Controller, RootKey]:
-    c = Controller(FakeKube(), Settings(registry=REG, tool_version="t"), election=None)  # type: ignore[arg-type]
+    settings = Settings(registry=REG, tool_version="t", trust_owner_references=True)
+    c = Controller(FakeKube(), settings, election=None)  # type: ignore[arg-type]
     c.writer = writer  # type: ignore[assignment]
     st = c.state
     st.upsert(

@@ -47,7 +47,8 @@ async def scrape(c: Controller) -> str:
 
 def unresolved_controller() -> tuple[Controller, RootKey]:
     """A StatefulSet whose owner (a LeaderWorkerSet) may not be listed: unresolved."""
-    c = Controller(FakeKube(), Settings(registry=REG, tool_version="t"), election=None)  # type: ignore[arg-type]
+    settings = Settings(registry=REG, tool_version="t", trust_owner_references=True)
+    c = Controller(FakeKube(), settings, election=None)  # type: ignore[arg-type]
     c.writer = Recorder()  # type: ignore[assignment]
     st = c.state
     st.upsert(

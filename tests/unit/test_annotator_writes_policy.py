@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import DEFAULT_PREFIX
-from annotator.configmap import MANAGED_BY, MANAGED_BY_LABEL
 
 ROOT = Path(__file__).resolve().parents[2] / "manifests" / "annotator"
 

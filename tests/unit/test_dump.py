@@ -142,7 +142,15 @@ def test_cluster_scoped_owners_are_never_found_offline_as_live() -> None:
     up in the child's namespace; a cluster-scoped owner (a built-in kind, or any
     object an API server returned without a namespace) is NotFound on both paths."""
     from aibom_core.graph import build_graph
-    from aibom_core.kinds import default_registry
+    from aibom_core.kinds import registry_from_config
+
+    # Only registry kinds are edges (docs/provenance-guard.md): a user who walks
+    # through these kinds must add them.
+    registry = registry_from_config(
+        "walkOnly:\n  - {group: example.com, kind: Widget}\n"
+        "  - {group: '', kind: Node}\n  - {group: '', kind: Namespace}\n",
+        source="kinds.yaml",
+    )
 
     widget = mk("Widget", "cluster-wide", ns="")  # a cluster-scoped custom object
     del widget["metadata"]["namespace"]
@@ -155,7 +163,7 @@ def test_cluster_scoped_owners_are_never_found_offline_as_live() -> None:
     ]
     dump = load([(json.dumps([widget, ns_obj, node, *pods]), "dump.json")])
     assert [o["metadata"]["name"] for o in dump.objects] == ["p1", "p2", "p3"]
-    graph = build_graph(dump.objects, default_registry())
+    graph = build_graph(dump.objects, registry)
     reasons = [str(graph.resolve(p).failure) for p in dump.objects]
     assert reasons == [
         "NotFound example.com/Widget/cluster-wide",

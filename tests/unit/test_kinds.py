@@ -52,6 +52,9 @@ def test_every_builtin_kind_has_its_served_plural() -> None:
         "PodClique": "podcliques",
         "DisaggregatedSet": "disaggregatedsets",
         "InferenceService": "inferenceservices",
+        "Service": "services",
+        "Configuration": "configurations",
+        "Revision": "revisions",
     }
 
 

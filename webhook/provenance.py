@@ -1,0 +1,516 @@
+"""The webhook's half of ownership provenance (issue 12): who may set an edge.
+
+For an object's own controller edge, the webhook asks the API server, with a
+SubjectAccessReview built from the admission request's `userInfo` (username,
+uid, groups, extra), whether that identity may `update` the owner's
+`finalizers` subresource (group of the reference's apiVersion, the owner
+kind's plural resource, the child's namespace, the reference's name): the
+check OwnerReferencesPermissionEnforcement applies to `blockOwnerDeletion`.
+
+- Verdicts are cached per (identity, owner group/resource/namespace/name) for
+  a short TTL (`SarCache`; 0 turns it off): a ReplicaSet controller creating
+  50 Pods asks once. Concurrent checks of the same key share one request.
+  Errors are never cached.
+- An error or timeout of the review is `error`: the edge is not proven (the
+  stamp says `Unchecked`), admission is never denied or held past the walk's
+  deadline.
+- Deeper hops: an owner's own edge counts when its `edge-proof` verifies, or
+  when its namespace is guarded (opted in, no opt-out label, and the binding
+  `aibom-rollup-provenance` exists: `GuardCache`, cached GETs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from aibom_core.objects import (
+    Obj,
+    ObjRef,
+    OwnerRef,
+    annotations_of,
+    controller_ref,
+    metadata,
+    ref_of,
+)
+from aibom_core.provenance import proof_for, read_proof, verify
+from aibom_core.stamp import Keys
+from aibom_core.walk import EdgeTrust, Reason
+
+DEFAULT_SAR_TTL = 10.0
+DEFAULT_SAR_SIZE = 10_000
+DEFAULT_GUARD_TTL = 10.0
+BINDING_NAME = "aibom-rollup-provenance"
+GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
+
+
+class Verdict(StrEnum):
+    """`aibom_webhook_provenance_checks_total{result}`."""
+
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """`request.userInfo` of an AdmissionReview (authentication.k8s.io/v1 UserInfo)."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: object) -> UserInfo | None:
+        """None when the review carries no usable identity (nothing can be proven then)."""
+        if not isinstance(raw, Mapping):
+            return None
+        name = raw.get("username")
+        if not isinstance(name, str) or not name:
+            return None
+        groups = raw.get("groups")
+        extra = raw.get("extra")
+        return cls(
+            username=name,
+            uid=str(raw.get("uid") or ""),
+            groups=tuple(g for g in groups if isinstance(g, str))
+            if isinstance(groups, list)
+            else (),
+            extra=tuple(
+                sorted(
+                    (str(k), tuple(str(x) for x in v))
+                    for k, v in extra.items()
+                    if isinstance(v, list)
+                )
+            )
+            if isinstance(extra, Mapping)
+            else (),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizersAttributes:
+    """`update` on `<group>/<resource>/finalizers` of `namespace/name`."""
+
+    group: str
+    resource: str
+    namespace: str
+    name: str
+
+
+def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
+    """The SubjectAccessReview (authorization.k8s.io/v1) the webhook POSTs."""
+    spec: dict[str, Any] = {
+        "user": user.username,
+        "groups": list(user.groups),
+        "resourceAttributes": {
+            "verb": "update",
+            "group": attrs.group,
+            "resource": attrs.resource,
+            "subresource": "finalizers",
+            "namespace": attrs.namespace,
+            "name": attrs.name,
+        },
+    }
+    if user.uid:
+        spec["uid"] = user.uid
+    if user.extra:
+        spec["extra"] = {k: list(v) for k, v in user.extra}
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+class ProvenanceSource(Protocol):
+    """Everything provenance reads from the API (`aibom_rollup.kube.Kube`)."""
+
+    async def finalizers_resource(self, owner: OwnerRef) -> str | None: ...
+
+    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool: ...
+
+    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None: ...
+
+    async def binding_exists(self, name: str, *, timeout: float) -> bool: ...
+
+
+class AccessReviewer(Protocol):
+    """Where verdicts come from (`aibom_rollup.kube.Kube` in production)."""
+
+    async def finalizers_resource(self, owner: OwnerRef) -> str | None:
+        """The owner kind's plural resource (None: the server does not serve it)."""
+        ...
+
+    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
+        """POST the review; its `status.allowed`. Raises on errors and timeouts."""
+        ...
+
+
+# (identity, owner group, owner kind, namespace, name): the kind stands for its
+# resource (one to one), so a hit needs no discovery lookup.
+CacheKey = tuple[UserInfo, str, str, str, str]
+
+
+class SarCache:
+    """Verdicts (allowed or denied) per (identity, owner), each for at most `ttl` seconds."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = DEFAULT_SAR_TTL,
+        size: int = DEFAULT_SAR_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._clock = clock
+        self._entries: OrderedDict[CacheKey, tuple[float, bool]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: CacheKey) -> bool | None:
+        if self.ttl <= 0:
+            return None
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        stored_at, allowed = entry
+        if self._clock() - stored_at >= self.ttl:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return allowed
+
+    def put(self, key: CacheKey, allowed: bool) -> None:
+        if self.ttl <= 0:
+            return
+        self._entries[key] = (self._clock(), allowed)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    verdict: Verdict
+    cached: bool  # answered from the cache
+    detail: str = ""  # why, for an error
+
+
+class EdgeChecker:
+    """`await checker.check(user, namespace, owner)`: may `user` set this controller edge?"""
+
+    def __init__(self, reviewer: AccessReviewer, *, cache: SarCache | None = None) -> None:
+        self._reviewer = reviewer
+        self.cache = cache if cache is not None else SarCache()
+        self._in_flight: dict[CacheKey, asyncio.Future[bool]] = {}
+
+    async def check(
+        self, user: UserInfo | None, namespace: str, owner: OwnerRef, *, timeout: float
+    ) -> Check:
+        if user is None:
+            return Check(Verdict.DENIED, cached=False, detail="no userInfo in the review")
+        gk = owner.group_kind
+        key = (user, gk.group, gk.kind, namespace, owner.name)
+        hit = self.cache.get(key)
+        if hit is not None:  # the fast path: no await, no timer
+            return Check(Verdict.ALLOWED if hit else Verdict.DENIED, cached=True)
+        if timeout <= 0:
+            return Check(Verdict.ERROR, cached=False, detail="no time left")
+        try:
+            async with asyncio.timeout(timeout):
+                resource = await self._reviewer.finalizers_resource(owner)
+        except Exception as exc:  # discovery failed or timed out
+            return Check(Verdict.ERROR, cached=False, detail=_what(exc))
+        if resource is None:
+            # OwnerReferencesPermissionEnforcement refuses an owner it cannot
+            # map to a resource; so do we.
+            return Check(Verdict.DENIED, cached=False, detail="owner kind not served")
+        attrs = FinalizersAttributes(
+            group=gk.group, resource=resource, namespace=namespace, name=owner.name
+        )
+        flight = self._in_flight.get(key)
+        if flight is None:
+            flight = asyncio.ensure_future(self._review(key, user, attrs, timeout))
+            flight.add_done_callback(_retrieve)
+            self._in_flight[key] = flight
+        try:
+            allowed = await asyncio.wait_for(asyncio.shield(flight), timeout)
+        except Exception as exc:
+            return Check(Verdict.ERROR, cached=False, detail=_what(exc))
+        return Check(Verdict.ALLOWED if allowed else Verdict.DENIED, cached=False)
+
+    async def _review(
+        self, key: CacheKey, user: UserInfo, attrs: FinalizersAttributes, timeout: float
+    ) -> bool:
+        try:
+            allowed = await self._reviewer.access_review(review_body(user, attrs), timeout=timeout)
+            self.cache.put(key, allowed)
+            return allowed
+        finally:
+            self._in_flight.pop(key, None)
+
+
+def _what(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _retrieve(flight: asyncio.Future[bool]) -> None:
+    if not flight.cancelled():
+        flight.exception()
+
+
+class NamespaceReader(Protocol):
+    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
+        """The namespace's labels (None: it does not exist). Raises on errors."""
+        ...
+
+    async def binding_exists(self, name: str, *, timeout: float) -> bool:
+        """Whether the ValidatingAdmissionPolicyBinding exists. Raises on errors."""
+        ...
+
+
+class GuardCache:
+    """Whether a namespace is guarded (contract: opted in, no opt-out label, binding
+    exists), from cached GETs: one namespace GET per namespace and one binding GET
+    per `ttl`. An error counts as not guarded (and is not cached)."""
+
+    def __init__(
+        self,
+        reader: NamespaceReader,
+        *,
+        opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
+        ttl: float = DEFAULT_GUARD_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        on_get: Callable[[], None] | None = None,
+    ) -> None:
+        self._reader = reader
+        self._on_get = on_get
+        self._opt_in = opt_in
+        self.ttl = ttl
+        self._clock = clock
+        self._binding: tuple[float, bool] | None = None
+        self._labels: dict[str, tuple[float, Mapping[str, str] | None]] = {}
+        self.gets = 0  # API GETs made (metrics, benchmark)
+
+    def _count(self) -> None:
+        self.gets += 1
+        if self._on_get is not None:
+            self._on_get()
+
+    def _fresh(self, namespace: str) -> bool | None:
+        """The answer from the cache alone (None: a GET is needed)."""
+        now = self._clock()
+        entry = self._labels.get(namespace)
+        if entry is None or now - entry[0] >= self.ttl:
+            return None
+        labels = entry[1]
+        if labels is None or labels.get(self._opt_in[0]) != self._opt_in[1]:
+            return False
+        if labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]:
+            return False
+        if self._binding is None or now - self._binding[0] >= self.ttl:
+            return None
+        return self._binding[1]
+
+    async def guarded(self, namespace: str, *, timeout: float) -> bool:
+        fresh = self._fresh(namespace)
+        if fresh is not None:  # the fast path: no await, no timer
+            return fresh
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                labels = await self._namespace(namespace, timeout)
+                if labels is None or labels.get(self._opt_in[0]) != self._opt_in[1]:
+                    return False
+                if labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]:
+                    return False
+                return await self._binding_exists(timeout)
+        except Exception:
+            return False
+
+    async def _namespace(self, name: str, timeout: float) -> Mapping[str, str] | None:
+        now = self._clock()
+        entry = self._labels.get(name)
+        if entry is not None and now - entry[0] < self.ttl:
+            return entry[1]
+        self._count()
+        labels = await self._reader.namespace_labels(name, timeout=timeout)
+        if self.ttl > 0:
+            if len(self._labels) > 10_000:
+                self._labels.clear()
+            self._labels[name] = (now, labels)
+        return labels
+
+    async def _binding_exists(self, timeout: float) -> bool:
+        now = self._clock()
+        if self._binding is not None and now - self._binding[0] < self.ttl:
+            return self._binding[1]
+        self._count()
+        exists = await self._reader.binding_exists(BINDING_NAME, timeout=timeout)
+        if self.ttl > 0:
+            self._binding = (now, exists)
+        return exists
+
+
+# -- the decision for one admission ---------------------------------------------------------
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apiserver's names.SimpleNameGenerator
+_MAX_GENERATE_PREFIX = 58  # 63 - 5 random characters
+
+
+def generated_name(prefix: str) -> str:
+    """A name the way the API server generates one from `generateName`."""
+    import secrets
+
+    return prefix[:_MAX_GENERATE_PREFIX] + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeDecision:
+    """What the webhook decided about the object's own controller edge.
+
+    `first`: None when the edge is proven, else why not (`Unproven`, `Unchecked`).
+    `proof`: the `edge-proof` value the object must carry (None: none).
+    `name`: a name to assign (CREATE with generateName and a proof to write: the
+    proof binds the object's name, which the API server would only pick later).
+    `trust`: the walk's edge-trust input (first hop from `first`, deeper hops
+    from the owners' proofs or a guarded namespace).
+    """
+
+    first: Reason | None
+    proof: str | None
+    name: str | None
+    trust: EdgeTrust | None
+    check: Check | None  # the review's outcome (None: no check was made)
+    kept: bool = False  # UPDATE keeping the controller reference: not re-checked
+
+
+class Provenance:
+    """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge,
+    proofs and guarded namespaces for the hops above it."""
+
+    def __init__(
+        self,
+        checker: EdgeChecker,
+        guard: GuardCache | None,
+        *,
+        key: bytes | None,
+        keys: Keys,
+        check_budget: float,
+    ) -> None:
+        self.checker = checker
+        self.guard = guard
+        self.key = key
+        self.keys = keys
+        self.check_budget = check_budget
+
+    async def decide(
+        self,
+        obj: Obj,
+        *,
+        operation: str,
+        old_obj: Obj | None,
+        namespace: str,
+        user_info: object,
+        remaining: float,
+    ) -> EdgeDecision | None:
+        """None when the object has no controller reference (nothing to prove)."""
+        owner = controller_ref(obj)
+        if owner is None:
+            return None
+        child = ref_of(obj, namespace=namespace)
+        old_owner = controller_ref(old_obj) if old_obj is not None else None
+        check: Check | None = None
+        kept = operation == "UPDATE" and old_obj is not None and _same_edge(old_owner, owner)
+        if kept:
+            assert old_obj is not None
+            first = self._carried(old_obj, namespace, owner)
+        else:
+            check = await self.checker.check(
+                UserInfo.parse(user_info),
+                namespace,
+                owner,
+                timeout=min(self.check_budget, remaining),
+            )
+            first = {
+                Verdict.ALLOWED: None,
+                Verdict.DENIED: Reason.UNPROVEN,
+                Verdict.ERROR: Reason.UNCHECKED,
+            }[check.verdict]
+        name: str | None = None
+        proof: str | None = None
+        if first is None and self.key is not None:
+            meta = metadata(obj)
+            if not meta.get("name"):
+                prefix = meta.get("generateName")
+                name = generated_name(prefix) if isinstance(prefix, str) and prefix else None
+                child = dataclasses.replace(child, name=name or "")
+            if child.name:
+                proof = proof_for(self.key, child, owner)
+        guarded = False
+        if first is None and self.guard is not None:
+            guarded = await self.guard.guarded(namespace, timeout=min(self.check_budget, remaining))
+        trust = _Trust(obj, first, guarded, self.key, self.keys)
+        return EdgeDecision(
+            first=first, proof=proof, name=name, trust=trust, check=check, kept=kept
+        )
+
+    def _carried(self, old_obj: Obj, namespace: str, owner: OwnerRef) -> Reason | None:
+        """The verdict oldObject carries (an UPDATE that keeps the edge is not re-checked)."""
+        if self.key is not None:
+            old_ref = ref_of(old_obj, namespace=namespace)
+            value = read_proof(old_obj, old_ref, owner, keys=self.keys)
+            ok = verify(self.key, value, old_ref, owner)
+            return None if ok else Reason.UNPROVEN
+        # No key: the stamp the webhook gave at admission is the only record
+        # (a stamp written while the webhook was down is taken at its word:
+        # run with a key).
+        rollup = annotations_of(old_obj).get(self.keys.rollup)
+        return None if rollup is not None and rollup != "unproven" else Reason.UNPROVEN
+
+
+def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
+    return (
+        old is not None
+        and old.uid == new.uid
+        and old.name == new.name
+        and old.group_kind == new.group_kind
+    )
+
+
+class _Trust:
+    """The walk's edge-trust input for one admission."""
+
+    __slots__ = ("_first", "_guarded", "_key", "_keys", "_obj")
+
+    def __init__(
+        self, obj: Obj, first: Reason | None, guarded: bool, key: bytes | None, keys: Keys
+    ) -> None:
+        self._obj = obj
+        self._first = first
+        self._guarded = guarded
+        self._key = key
+        self._keys = keys
+
+    def __call__(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> Reason | None:
+        if child is self._obj:
+            return self._first
+        if self._guarded:
+            return None
+        value = read_proof(child, ref, owner, keys=self._keys)
+        if self._key is not None and value is not None and _verified(self._key, value, ref, owner):
+            return None
+        return Reason.UNPROVEN
+
+
+@functools.lru_cache(maxsize=4096)
+def _verified(key: bytes, value: str, ref: ObjRef, owner: OwnerRef) -> bool:
+    """`verify`, memoised: the owners above a Pod are the same objects admission after
+    admission (the owner cache), and a verdict is a pure function of its inputs."""
+    return verify(key, value, ref, owner)
