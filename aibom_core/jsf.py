@@ -36,6 +36,7 @@ and `excludes` would leave fields unsigned.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -58,6 +59,13 @@ SIGNATURE = "signature"
 ED25519 = "Ed25519"
 ES256 = "ES256"
 ALGORITHMS = (ED25519, ES256)
+# Where the public keys are published: a ConfigMap holding a JWK set.
+KEYS_CONFIGMAP = "aibom-signing-keys"
+DEFAULT_KEYS_CONFIGMAP = f"aibom-system/{KEYS_CONFIGMAP}"
+KEYS_DATA_KEY = "jwks.json"
+# The Secret `aibom-rollup keys new --secret` writes (cert-manager's key name).
+SECRET_KEY = "tls.key"
+SECRET_KID = "kid"
 _P256_BYTES = 32
 
 PrivateKey = Ed25519PrivateKey | ec.EllipticCurvePrivateKey
@@ -240,7 +248,7 @@ class KeySet:
         for jwk in jwks:
             public_key_of_jwk(jwk)  # refuse a bad key up front
             kid = str(jwk.get("kid") or thumbprint(jwk))
-            out[kid] = dict(jwk)
+            out[kid] = dict(jwk, kid=kid)
         return cls(out)
 
     @classmethod
@@ -366,6 +374,11 @@ def verify(doc: Mapping[str, Any], keys: KeySet) -> Verdict:
         if kid is None:
             return Verdict(Status.UNKNOWN_KEY, None, f"no trusted key has thumbprint {tp}")
     jwk = keys.keys.get(kid)
+    if jwk is None and isinstance(embedded, dict):
+        # A key trusted without a name of its own (a PEM file: its kid is its
+        # thumbprint) vouches for its signatures whatever keyId they carry.
+        with contextlib.suppress(BadKey):
+            jwk = keys.keys.get(thumbprint(embedded))
     if jwk is None:
         return Verdict(Status.UNKNOWN_KEY, kid, f"key {kid!r} is not among the trusted keys")
     if embedded is not None and not _same_key(jwk, embedded):

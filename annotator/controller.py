@@ -34,7 +34,14 @@ from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_rollup.kube import ApiResource, Kube, KubeError
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
-from annotator.configmap import MAX_DATA_BYTES, DocLabels, Payload, configmap_body, fit
+from annotator.configmap import (
+    FOREIGN_DATA,
+    MAX_DATA_BYTES,
+    DocLabels,
+    Payload,
+    configmap_body,
+    fit,
+)
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
 from annotator.leader import LeaderElector
@@ -42,6 +49,7 @@ from annotator.lease import ElectionConfig
 from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.plan import DocRef, Outcome, RootPlan, plan_root, plan_stamp, plan_sweep
+from annotator.signing import Signing, publish
 from annotator.slim import slimmer
 from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
@@ -71,6 +79,11 @@ class Settings:
     size_limit: int = MAX_DATA_BYTES
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
+    signing: Signing | None = None  # sign every document (annotator.signing)
+
+    @property
+    def signed_by(self) -> str:
+        return self.signing.key.kid if self.signing is not None else ""
 
     @property
     def generator(self) -> str:
@@ -130,6 +143,8 @@ class Controller:
         self.first_synced_at: float | None = None
         self.reconciles = 0
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
+        self._key_published = asyncio.Lock()
+        self._published_kid: str | None = None
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -486,6 +501,7 @@ class Controller:
             key,
             generator=self.settings.generator,
             tool_version=self.settings.tool_version,
+            signed_by=self.settings.signed_by,
         )
         self._count(plan)
         if plan.requeue is not None:
@@ -528,11 +544,17 @@ class Controller:
         document = render(
             plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
         )
+        signing = self.settings.signing
+        seal = None
+        if signing is not None:
+            await self._publish_key(signing)
+            document = signing.seal(document)
+            seal = signing.seal
         limit = self.settings.size_limit
         if len(document) > limit:
-            payload = await asyncio.to_thread(fit, document, limit=limit)
+            payload = await asyncio.to_thread(fit, document, limit=limit, seal=seal)
         else:
-            payload = fit(document, limit=limit)
+            payload = fit(document, limit=limit, seal=seal)
         body = configmap_body(
             plan.ref,
             api_version=plan.api_version,
@@ -541,8 +563,18 @@ class Controller:
             input_hash=plan.input_hash,
             generator=self.settings.generator,
             labels=self.settings.labels,
+            signed_by=self.settings.signed_by,
         )
+        cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
         stored = await self.writer.apply_configmap(body)
+        if cached is not None and cached.get(FOREIGN_DATA):
+            # Someone else wrote the document's data (managedFields said so):
+            # this apply took it back.
+            self.metrics.documents_repaired.labels("edited").inc()
+            log.warning(
+                "document edited by another writer; restored",
+                extra={"root": str(plan.key), "configmap": f"{plan.ref.namespace}/{plan.cm_name}"},
+            )
         self.state.note_configmap(self.slim(stored))
         self.metrics.documents_written.labels(payload.encoding).inc()
         log.info(
@@ -561,6 +593,27 @@ class Controller:
             await self._report_size(plan, payload)
         if self.on_written is not None:
             self.on_written(stored)
+
+    async def _publish_key(self, signing: Signing) -> None:
+        """Publish our public key once, before the first document signed with it."""
+        if signing.keys_configmap is None or self._published_kid == signing.key.kid:
+            return
+        async with self._key_published:
+            if self._published_kid == signing.key.kid:
+                return
+            if not self.is_leader():
+                raise NotLeader()
+            namespace, name = signing.keys_configmap
+            result = await publish(self.kube, signing.key, namespace, name)
+            self._published_kid = signing.key.kid
+            log.info(
+                "signing key published",
+                extra={
+                    "kid": signing.key.kid,
+                    "configmap": f"{namespace}/{name}",
+                    "result": result,
+                },
+            )
 
     async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
         assert plan.ref is not None

@@ -35,6 +35,8 @@ from annotator.controller import STAMP_MODES, Controller, Settings
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.probes import Probes
+from annotator.signing import configure_parser as configure_signing
+from annotator.signing import signing_of
 
 log = logging.getLogger("annotator")
 
@@ -254,6 +256,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default="info",
         help="(default: %(default)s)",
     )
+    configure_signing(p)
     add_core_options(p)
 
 
@@ -264,6 +267,10 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         raise UsageError(f"--namespace-label: {exc}") from None
     if not 1 <= int(args.max_depth) <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+    try:
+        signing = signing_of(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     settings = Settings(
         registry=registry_of(args),
         tool_version=tool_version(),
@@ -282,6 +289,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         stamp_burst=args.stamp_burst,
         size_limit=args.max_document_bytes,
         sync_timeout=args.sync_timeout,
+        signing=signing,
     )
     election = None
     if args.leader_elect:
