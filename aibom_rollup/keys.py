@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import sys
@@ -56,8 +57,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     jwks.add_argument("--from", dest="source", metavar="FILE|-", help="the current ConfigMap")
     jwks.add_argument("--add", action="append", default=[], metavar="FILE", help="(repeatable)")
     jwks.add_argument("--retire", action="append", default=[], metavar="KID", help="(repeatable)")
-    jwks.add_argument("--name", default=jsf.KEYS_CONFIGMAP, help="(default: %(default)s)")
-    jwks.add_argument("-n", "--namespace", default=NAMESPACE, help="(default: %(default)s)")
+    jwks.add_argument(
+        "--name", help=f"(default: the --from ConfigMap's, else {jsf.KEYS_CONFIGMAP})"
+    )
+    jwks.add_argument(
+        "-n", "--namespace", help=f"(default: the --from ConfigMap's, else {NAMESPACE})"
+    )
 
 
 def _b64(data: bytes) -> str:
@@ -77,11 +82,18 @@ def secret_manifest(key: jsf.SigningKey, *, name: str, namespace: str) -> dict[s
     }
 
 
-def keys_configmap(keys: jsf.KeySet, *, name: str, namespace: str) -> dict[str, Any]:
+def keys_configmap(
+    keys: jsf.KeySet, *, name: str, namespace: str, resource_version: str | None = None
+) -> dict[str, Any]:
+    """The JWK set ConfigMap; with the resourceVersion read, `kubectl replace` fails
+    (409) instead of dropping a key the annotator published meanwhile."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": LABELS}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "metadata": meta,
         "data": {jsf.KEYS_DATA_KEY: keys.to_json()},
     }
 
@@ -144,8 +156,14 @@ def _jwks(args: argparse.Namespace) -> int:
     if [args.source, *args.add].count("-") > 1:
         raise UsageError("stdin (-) can be read only once")
     keys = jsf.KeySet({})
+    meta: dict[str, Any] = {}
     if args.source:
-        keys = keys_of_text(_read(args.source), args.source)
+        raw = _read(args.source)
+        keys = keys_of_text(raw, args.source)
+        with contextlib.suppress(ValueError):
+            source = json.loads(raw)
+            if isinstance(source, dict) and isinstance(source.get("metadata"), dict):
+                meta = source["metadata"]
     for path in args.add:
         raw = _read(path)
         added = _keys_of_secret(raw, path) or keys_of_text(raw, path)
@@ -156,7 +174,13 @@ def _jwks(args: argparse.Namespace) -> int:
             known = ", ".join(sorted(keys.keys)) or "none"
             raise UsageError(f"--retire {kid}: no such key (known: {known})")
         keys = keys.without(kid)
-    json.dump(keys_configmap(keys, name=args.name, namespace=args.namespace), sys.stdout, indent=2)
+    cm = keys_configmap(
+        keys,
+        name=args.name or str(meta.get("name") or jsf.KEYS_CONFIGMAP),
+        namespace=args.namespace or str(meta.get("namespace") or NAMESPACE),
+        resource_version=str(meta.get("resourceVersion") or "") or None,
+    )
+    json.dump(cm, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

@@ -103,10 +103,20 @@ def test_secret_to_jwks_to_rotation(tmp_path: Path, capsys: pytest.CaptureFixtur
     )
     both = json.loads(out)
     assert [k["kid"] for k in json.loads(both["data"]["jwks.json"])["keys"]] == ["k1", "k2"]
+    # As read from the cluster: its name, namespace and resourceVersion are kept
+    # (kubectl replace then fails instead of dropping a key published meanwhile).
+    both["metadata"].update(namespace="ops", name="keys", resourceVersion="42")
     code, out, _ = run(
         ["keys", "jwks", "--from", "-", "--retire", "k1"], capsys, stdin=json.dumps(both).encode()
     )
-    assert [k["kid"] for k in json.loads(json.loads(out)["data"]["jwks.json"])["keys"]] == ["k2"]
+    retired = json.loads(out)
+    assert [k["kid"] for k in json.loads(retired["data"]["jwks.json"])["keys"]] == ["k2"]
+    assert retired["metadata"] | {"labels": None} == {
+        "namespace": "ops",
+        "name": "keys",
+        "resourceVersion": "42",
+        "labels": None,
+    }
     code, _, err = run(
         ["keys", "jwks", "--from", "-", "--retire", "nope"], capsys, stdin=json.dumps(both).encode()
     )
