@@ -12,6 +12,9 @@
               (a PEM key, a Secret manifest from `keys new`, a JWK or a JWK
               set), --retire KID. Output is deterministic (keys sorted by kid).
 
+  keys sign   sign CycloneDX documents in place (e.g. `scan -o DIR`'s output)
+              with --key-file (kid: --kid, else the key's thumbprint).
+
 The annotator publishes its own key in that ConfigMap when it starts signing
 (it keeps the keys already there), so `keys jwks` is for installs that
 publish the keys themselves and for retiring an old key after a rotation:
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from aibom_core import jsf
-from aibom_rollup.cli import UsageError
+from aibom_rollup.cli import UsageError, _write_atomic
 from aibom_rollup.verify import keys_of_text
 
 NAMESPACE = "aibom-system"
@@ -53,6 +56,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     new.add_argument("--key-file", metavar="FILE", help="write the private key here (PEM, 0600)")
     new.add_argument("--secret", metavar="NAME", help="print a Secret manifest with this name")
     new.add_argument("-n", "--namespace", default=NAMESPACE, help="(default: %(default)s)")
+    sign = sub.add_parser("sign", help="sign CycloneDX JSON documents in place")
+    sign.add_argument("--key-file", required=True, metavar="FILE", help="PEM private key")
+    sign.add_argument("--kid", help="key id (default: the key's RFC 7638 thumbprint)")
+    sign.add_argument("documents", nargs="+", metavar="DOC", help="CycloneDX JSON files")
     jwks = sub.add_parser("jwks", help="print the JWK set ConfigMap (add, retire keys)")
     jwks.add_argument("--from", dest="source", metavar="FILE|-", help="the current ConfigMap")
     jwks.add_argument("--add", action="append", default=[], metavar="FILE", help="(repeatable)")
@@ -185,7 +192,31 @@ def _jwks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sign(args: argparse.Namespace) -> int:
+    try:
+        key = jsf.SigningKey.of(jsf.load_private_pem(_read(args.key_file)), kid=args.kid)
+    except jsf.BadKey as exc:
+        raise UsageError(f"{args.key_file}: {exc}") from None
+    signed = []
+    for path in args.documents:
+        try:
+            doc = jsf.parse_document(_read(path))
+        except ValueError as exc:
+            raise UsageError(f"{path}: not a JSON document: {exc}") from None
+        if doc.get("bomFormat") != "CycloneDX":
+            raise UsageError(f"{path}: not a CycloneDX document")
+        signed.append((Path(path), jsf.dumps(jsf.sign(doc, key))))
+    for path, data in signed:  # all read and signed first: no half-signed set
+        _write_atomic(path, data)
+    print(
+        f"aibom-rollup keys: signed {len(signed)} document(s) with key {key.kid}", file=sys.stderr
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.keys_command == "new":
         return _new(args)
+    if args.keys_command == "sign":
+        return _sign(args)
     return _jwks(args)

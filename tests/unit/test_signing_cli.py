@@ -274,3 +274,24 @@ def test_annotator_signing_flags(
         )
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
         signing_of(Namespace(signing_key=str(pem), signing_key_id=None, keys_configmap="x"))
+
+
+def test_keys_sign_signs_files_in_place(
+    tmp_path: Path, key_file: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    pem, jwk = key_file
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(jsf.dumps(DOC))
+    b.write_bytes(jsf.dumps(dict(DOC, version=2)))
+    code, _, err = run(
+        ["keys", "sign", "--key-file", str(pem), "--kid", "k1", str(a), str(b)], capsys
+    )
+    assert code == 0, err
+    code, out, _ = run(["verify", "--key", str(jwk), str(a), str(b)], capsys)
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["valid", "valid"]
+    # Not CycloneDX: nothing is written.
+    c = tmp_path / "c.json"
+    c.write_text('{"kind": "Pod"}')
+    before = a.read_bytes()
+    code, _, err = run(["keys", "sign", "--key-file", str(pem), str(a), str(c)], capsys)
+    assert code == 2 and "not a CycloneDX document" in err and a.read_bytes() == before
