@@ -49,7 +49,7 @@ from annotator.lease import ElectionConfig
 from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.plan import DocRef, Outcome, RootPlan, plan_root, plan_stamp, plan_sweep
-from annotator.signing import Signing, publish
+from annotator.signing import KEY_RECHECK, Signing, publish
 from annotator.slim import slimmer
 from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
@@ -80,10 +80,6 @@ class Settings:
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
     signing: Signing | None = None  # sign every document (annotator.signing)
-
-    @property
-    def signed_by(self) -> str:
-        return self.signing.key.kid if self.signing is not None else ""
 
     @property
     def generator(self) -> str:
@@ -145,6 +141,7 @@ class Controller:
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
         self._key_published = asyncio.Lock()
         self._published_kid: str | None = None
+        self.signing = settings.signing  # replaced when the key file changes
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -420,6 +417,8 @@ class Controller:
         await self.supervise_once()
         self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        if self.signing is not None and self.signing.path:
+            self._tasks.append(asyncio.create_task(self._watch_signing_key(), name="signing-key"))
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="elector"))
         else:
@@ -501,7 +500,7 @@ class Controller:
             key,
             generator=self.settings.generator,
             tool_version=self.settings.tool_version,
-            signed_by=self.settings.signed_by,
+            signed_by=self._signed_by(),
         )
         self._count(plan)
         if plan.requeue is not None:
@@ -544,7 +543,7 @@ class Controller:
         document = render(
             plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
         )
-        signing = self.settings.signing
+        signing = self.signing
         seal = None
         if signing is not None:
             await self._publish_key(signing)
@@ -563,7 +562,7 @@ class Controller:
             input_hash=plan.input_hash,
             generator=self.settings.generator,
             labels=self.settings.labels,
-            signed_by=self.settings.signed_by,
+            signed_by=signing.key.kid if signing is not None else "",
         )
         cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
         stored = await self.writer.apply_configmap(body)
@@ -593,6 +592,34 @@ class Controller:
             await self._report_size(plan, payload)
         if self.on_written is not None:
             self.on_written(stored)
+
+    def _signed_by(self) -> str:
+        return self.signing.key.kid if self.signing is not None else ""
+
+    async def _watch_signing_key(self) -> None:
+        """Pick up a rotated key file; every document is then re-signed with it."""
+        while True:
+            await asyncio.sleep(KEY_RECHECK)
+            current = self.signing
+            if current is None:
+                return
+            try:
+                rotated = await asyncio.to_thread(current.reload)
+            except ValueError as exc:
+                self._once(
+                    ("signing-key-unreadable", str(exc)),
+                    "cannot read the signing key file; still signing with the previous key",
+                    error=str(exc),
+                )
+                continue
+            if rotated is None:
+                continue
+            log.info(
+                "signing key changed; re-signing every document",
+                extra={"old_kid": current.key.kid, "kid": rotated.key.kid},
+            )
+            self.signing = rotated
+            self.full_resync()
 
     async def _publish_key(self, signing: Signing) -> None:
         """Publish our public key once, before the first document signed with it."""

@@ -13,6 +13,10 @@
   concurrent change makes it 409 and it reads again). No new RBAC: the
   annotator already creates and patches ConfigMaps. A document is never
   written signed by a key that is not published.
+- Rotation without a restart: the key file is read again every
+  `KEY_RECHECK` seconds (a mounted Secret is updated in place by the
+  kubelet); a new key is published, then every document is re-signed
+  (the ConfigMaps' `<prefix>signed-by` no longer matches).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import argparse
 import asyncio
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +38,31 @@ log = logging.getLogger("annotator")
 MERGE = "application/merge-patch+json"
 LABELS = {"app.kubernetes.io/name": "aibom-rollup", "app.kubernetes.io/component": "signing-keys"}
 FIELD_MANAGER = "aibom-rollup-annotator"
+KEY_RECHECK = 5.0
 
 
 @dataclass(frozen=True)
 class Signing:
     key: jsf.SigningKey
     keys_configmap: tuple[str, str] | None  # (namespace, name); None: the install publishes
+    path: str = ""  # where the key was read (re-read: a rotated Secret is picked up)
+    kid: str | None = None  # --signing-key-id, if given
 
     def seal(self, document: bytes) -> bytes:
         return jsf.sign_bytes(document, self.key)
+
+    def reload(self) -> Signing | None:
+        """The key file's key if it changed since (a Secret update), else None.
+
+        ValueError when the file cannot be read or holds no usable key: the
+        caller keeps signing with the key it has.
+        """
+        if not self.path:
+            return None
+        key = load_key(self.path, self.kid)
+        if key.jwk == self.key.jwk:
+            return None
+        return replace(self, key=key)
 
 
 def load_key(path: str, kid: str | None = None) -> jsf.SigningKey:
@@ -173,14 +193,15 @@ def signing_of(args: argparse.Namespace) -> Signing | None:
         if getattr(args, "signing_key_id", None):
             raise ValueError("--signing-key-id needs --signing-key")
         return None
-    key = load_key(path, getattr(args, "signing_key_id", None))
+    kid = getattr(args, "signing_key_id", None)
+    key = load_key(path, kid)
     where = getattr(args, "keys_configmap", None)
     if where is None:
         ns = os.environ.get("POD_NAMESPACE") or jsf.DEFAULT_KEYS_CONFIGMAP.split("/")[0]
         where = f"{ns}/{jsf.KEYS_CONFIGMAP}"
     if not where:
-        return Signing(key, None)
+        return Signing(key, None, path, kid)
     ns, _, name = where.partition("/")
     if not ns or not name or "/" in name:
         raise ValueError(f"--keys-configmap: expected NAMESPACE/NAME, got {where!r}")
-    return Signing(key, (ns, name))
+    return Signing(key, (ns, name), path, kid)

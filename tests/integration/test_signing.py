@@ -77,16 +77,32 @@ def verify(cp: ControlPlane, ns: str, *extra: str) -> tuple[int, list[list[str]]
     return r.returncode, [line.split() for line in r.stdout.splitlines()]
 
 
-def new_key(cp: ControlPlane, tmp: Path, kid: str, algorithm: str = jsf.ED25519) -> Path:
-    """`aibom-rollup keys new --secret`, unpacked as a Secret volume would be: tls.key, kid."""
+def new_key(cp: ControlPlane, kid: str, algorithm: str = jsf.ED25519) -> dict[str, bytes]:
+    """`aibom-rollup keys new --secret`: the Secret's files (tls.key, kid)."""
     r = cli(cp, "keys", "new", "--kid", kid, "--algorithm", algorithm, "--secret", f"s-{kid}")
     assert r.returncode == 0, r.stderr
     secret = json.loads(r.stdout)
-    mount = tmp / f"secret-{kid}"
-    mount.mkdir()
-    for name, value in secret["data"].items():
-        (mount / name).write_bytes(base64.b64decode(value))
-    return mount / "tls.key"
+    return {name: base64.b64decode(value) for name, value in secret["data"].items()}
+
+
+def mount(tmp: Path, files: dict[str, bytes]) -> Path:
+    """Lay out (or update) a Secret volume as the kubelet does: the files live in a
+    timestamped directory behind the `..data` symlink, swapped atomically on update.
+    Returns the path of tls.key."""
+    root = tmp / "secret-volume"
+    root.mkdir(exist_ok=True)
+    version = root / f"..v{len(list(root.glob('..v*')))}"
+    version.mkdir()
+    for name, data in files.items():
+        (version / name).write_bytes(data)
+    tmp_link = root / "..data_tmp"
+    tmp_link.symlink_to(version.name)
+    tmp_link.replace(root / "..data")
+    for name in files:
+        link = root / name
+        if not link.is_symlink():
+            link.symlink_to(f"..data/{name}")
+    return root / "tls.key"
 
 
 def published(cp: ControlPlane, ns: str) -> list[str]:
@@ -158,7 +174,7 @@ def test_tampering_is_reported_and_repaired_and_counted(
     start: Callable[..., Annotator],
     tmp_path: Path,
 ) -> None:
-    key = new_key(control_plane, tmp_path, "k1")
+    key = mount(tmp_path, new_key(control_plane, "k1"))
     args = (f"--signing-key={key}", f"--keys-configmap={ns}/{KEYS_CM}")
     first = start(*args)
     apply(kubectl, dcd(ns, "kept"))
@@ -220,23 +236,23 @@ def test_key_rotation_without_a_gap(
     start: Callable[..., Annotator],
     tmp_path: Path,
 ) -> None:
-    k1 = new_key(control_plane, tmp_path, "k1")
-    k2 = new_key(control_plane, tmp_path, "k2", jsf.ES256)
+    key = mount(tmp_path, new_key(control_plane, "k1"))
     with DocumentWatch(control_plane, ns) as watch:
-        old = start(f"--signing-key={k1}", f"--keys-configmap={ns}/{KEYS_CM}")
+        running = start(f"--signing-key={key}", f"--keys-configmap={ns}/{KEYS_CM}")
         for name in ("a", "b", "c"):
             apply(kubectl, dcd(ns, name))
         wait_for("3 documents signed by k1", lambda: signed_with(control_plane, ns, "k1", 3))
         assert verify(control_plane, ns)[0] == 0
 
-        # The new key's annotator takes over (as a rolling update does: the
-        # new replica leads once the old one released the Lease).
-        new = start(
-            f"--signing-key={k2}", f"--keys-configmap={ns}/{KEYS_CM}", ident="b", wait=False
+        # The Secret is updated in place (kubectl apply of a new `keys new
+        # --secret`, or cert-manager's renewal): no restart.
+        mount(tmp_path, new_key(control_plane, "k2", jsf.ES256))
+        wait_for(
+            "3 documents re-signed by k2",
+            lambda: signed_with(control_plane, ns, "k2", 3),
+            timeout=60,
         )
-        assert old.stop() == 0
-        new.wait_ready().wait_leading()
-        wait_for("3 documents re-signed by k2", lambda: signed_with(control_plane, ns, "k2", 3))
+        assert running.alive()
         assert published(control_plane, ns) == ["k1", "k2"]
         code, lines = verify(control_plane, ns)
         assert code == 0 and {line[2] for line in lines} == {"key=k2"}, lines

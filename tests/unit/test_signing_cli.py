@@ -295,3 +295,20 @@ def test_keys_sign_signs_files_in_place(
     before = a.read_bytes()
     code, _, err = run(["keys", "sign", "--key-file", str(pem), str(a), str(c)], capsys)
     assert code == 2 and "not a CycloneDX document" in err and a.read_bytes() == before
+
+
+def test_signing_reload_sees_a_new_key_only(tmp_path: Path, key_file: tuple[Path, Path]) -> None:
+    from argparse import Namespace
+
+    pem, _ = key_file
+    live = tmp_path / "live.pem"
+    live.write_bytes(pem.read_bytes())
+    s = signing_of(Namespace(signing_key=str(live), signing_key_id=None, keys_configmap=""))
+    assert s is not None and s.reload() is None
+    live.write_bytes(jsf.private_pem(jsf.generate(jsf.ES256)))
+    rotated = s.reload()
+    assert rotated is not None and rotated.key.algorithm == jsf.ES256
+    assert rotated.key.kid != s.key.kid and rotated.path == s.path
+    live.write_text("garbage")
+    with pytest.raises(ValueError, match="not an unencrypted PEM private key"):
+        rotated.reload()
