@@ -28,13 +28,70 @@ class CanonicalizationError(ValueError):
 
 
 def canonicalize(value: Any) -> bytes:
-    """The JCS bytes of a JSON value (dicts, lists, str, int, float, bool, None)."""
+    """The JCS bytes of a JSON value (dicts, lists, str, int, float, bool, None).
+
+    Fast path: when every member name is ASCII (so code-point and UTF-16
+    order agree) and every number is one `json.dumps` writes as ECMAScript
+    does once integral floats are ints (no exponent forms, no integer past
+    2**53), the C encoder with sorted keys writes exactly the JCS text. Our
+    documents always qualify; anything else takes the reference path
+    (`canonicalize_reference`). The tests check both agree.
+    """
+    try:
+        prepared = _prepare(value)
+    except _Slow:
+        return canonicalize_reference(value)
+    try:
+        text = json.dumps(prepared, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalizationError(f"a string is not valid Unicode: {exc.reason}") from None
+
+
+def canonicalize_reference(value: Any) -> bytes:
+    """JCS written member by member, as RFC 8785 describes it (any JSON value)."""
     out: list[str] = []
     _write(value, out)
     try:
         return "".join(out).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalizationError(f"a string is not valid Unicode: {exc.reason}") from None
+
+
+class _Slow(Exception):
+    """A value the fast path cannot write as JCS does."""
+
+
+_MAX_SAFE = 2**53
+
+
+def _prepare(value: Any) -> Any:
+    t = type(value)
+    if t is str or value is None or t is bool:
+        return value
+    if t is dict:
+        out = {}
+        for name, item in value.items():
+            if type(name) is not str or not name.isascii():
+                raise _Slow
+            out[name] = _prepare(item)
+        return out
+    if t is list or t is tuple:
+        return [_prepare(item) for item in value]
+    if t is int:
+        if -_MAX_SAFE <= value <= _MAX_SAFE:
+            return value
+        raise _Slow
+    if t is float:
+        if value.is_integer():
+            if abs(value) <= _MAX_SAFE:
+                return int(value)
+            raise _Slow  # json.dumps would write "1e+16" or "9007199254740994.0"
+        text = repr(value)
+        if "e" in text or "n" in text:  # exponent form, nan, inf: the reference path decides
+            raise _Slow
+        return value
+    raise _Slow
 
 
 def _utf16_key(name: str) -> bytes:

@@ -17,7 +17,12 @@ from aibom_core import jsf
 from aibom_core.bom import build_document, validate
 from aibom_core.dump import load
 from aibom_core.graph import build_graph
-from aibom_core.jcs import CanonicalizationError, canonicalize, number
+from aibom_core.jcs import (
+    CanonicalizationError,
+    canonicalize,
+    canonicalize_reference,
+    number,
+)
 from aibom_core.kinds import default_registry
 from aibom_core.rollup import inventory
 
@@ -104,6 +109,19 @@ def test_members_sort_by_utf16_code_units() -> None:
     ]
     # Python's own sort (by code point) would put the emoji last: this is not sorted().
     assert sorted(obj)[-1] == "\U0001f600"
+
+
+def test_the_fast_path_writes_what_the_reference_path_writes(documents: list[bytes]) -> None:
+    values: list[Any] = [json.loads(d) for d in documents]
+    for bits, _ in RFC8785_NUMBERS:
+        values.append({"n": struct.unpack(">d", bytes.fromhex(bits))[0]})
+    values += [
+        {"a": [1.0, -0.0, 0.0001, 1e-5, 1e15, 1e16, 2**53, 2**53 + 1, 0.1 + 0.2]},
+        {"\u20ac": 1, "\U0001f600": 2, "\ufb33": 3, "z": {"\x7f": "\u2028\x00\x1f"}},
+        [True, False, None, "é😀", {"b": 1, "a": 2, "B": 3}],
+    ]
+    for value in values:
+        assert canonicalize(value) == canonicalize_reference(value), value
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"a": {1, 2}}, {1: "x"}, "\ud800"])
