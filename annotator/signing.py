@@ -162,8 +162,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     """The annotator's signing flags, in their own group."""
     g = p.add_argument_group(
         "document signing (JSF, CycloneDX 1.6 `signature`; docs/signing.md)",
-        "With --signing-key, every document carries a JSF signature, the ConfigMap the "
-        "annotation <prefix>signed-by=<kid>, and documents signed by another key are re-signed.",
+        "With --signing-key, every document carries a JSF signature and its ConfigMap the\n"
+        "annotation <prefix>signed-by=<kid>; documents signed by another key are re-signed.\n"
+        "The key file is re-read every 5 s: a rotated Secret is picked up without a restart.",
     )
     g.add_argument(
         "--signing-key",
