@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv demo demo-down test lint unit integration bench clean
+.PHONY: help venv demo demo-down test lint unit integration bench clean jsf-interop
 .DEFAULT_GOAL := help
 
 help:
@@ -38,8 +38,13 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/pytest -q -m integration tests/integration
 
+# The independent JSF verifier (docs/signing.md): one npm package. Without
+# node/npm (or the registry), tests/unit/test_jsf_interop.py skips and says so.
+jsf-interop:
+	@if command -v npm >/dev/null 2>&1; then scripts/jsf-interop/install.sh || echo "jsf-interop: npm ci failed; its test will skip"; else echo "jsf-interop: no npm; its test will skip"; fi
+
 # pytest exits 5 when it collects no tests; make fails on any non-zero exit.
-test: lint
+test: lint jsf-interop
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)

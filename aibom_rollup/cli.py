@@ -8,6 +8,8 @@ Subcommands:
   webhook    run the mutating admission webhook
   annotator  run the annotator controller
   certs      generate a CA and the webhook's serving certificate
+  verify     check the JSF signatures of AIBOM documents (files, dumps, the cluster)
+  keys       create a document-signing key; edit the published JWK set
 
 Exit codes: 0 success, 1 runtime failure, 2 bad input or usage.
 """
@@ -410,6 +412,8 @@ _PLUGINS = {
     "webhook": ("webhook.main", "run the mutating admission webhook (HTTPS, AdmissionReview v1)"),
     "annotator": ("annotator.main", "run the annotator: one AIBOM ConfigMap per root"),
     "certs": ("certs.main", "generate a CA and the webhook serving certificate"),
+    "verify": ("aibom_rollup.verify", "check the JSF signatures of AIBOM documents"),
+    "keys": ("aibom_rollup.keys", "create a document-signing key; edit the published JWK set"),
 }
 
 

@@ -28,7 +28,7 @@ import gzip
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,11 @@ class DocLabels:
         return f"{self.prefix}encoding"
 
     @property
+    def signed_by(self) -> str:
+        """The id of the key that signed the document (absent: unsigned)."""
+        return f"{self.prefix}signed-by"
+
+    @property
     def selector(self) -> str:
         """The label selector of every ConfigMap we manage (our watch uses it)."""
         return f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -121,8 +126,15 @@ class Payload:
         return self.encoding == "truncated"
 
 
-def fit(document: bytes, *, limit: int = MAX_DATA_BYTES) -> Payload:
-    """Put a document into a ConfigMap's budget, compressing or cutting as needed."""
+Seal = Callable[[bytes], bytes]
+
+
+def fit(document: bytes, *, limit: int = MAX_DATA_BYTES, seal: Seal | None = None) -> Payload:
+    """Put a document into a ConfigMap's budget, compressing or cutting as needed.
+
+    `seal` (signing) is applied to a cut document: a signature must cover
+    the bytes stored, so a signed document that is cut is signed again.
+    """
     if len(document) <= limit:
         return Payload(
             "json", {DATA_KEY: document.decode("utf-8")}, {}, len(document), len(document)
@@ -130,7 +142,7 @@ def fit(document: bytes, *, limit: int = MAX_DATA_BYTES) -> Payload:
     packed = _gzip(document)
     if len(packed) <= limit:
         return Payload("gzip", {}, {DATA_KEY_GZ: _b64(packed)}, len(packed), len(document))
-    cut, omitted_c, omitted_o = truncate(document, limit=limit)
+    cut, omitted_c, omitted_o = truncate(document, limit=limit, seal=seal)
     packed = _gzip(cut)
     return Payload(
         "truncated",
@@ -143,7 +155,7 @@ def fit(document: bytes, *, limit: int = MAX_DATA_BYTES) -> Payload:
     )
 
 
-def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
+def truncate(document: bytes, *, limit: int, seal: Seal | None = None) -> tuple[bytes, int, int]:
     """The largest cut of a CycloneDX document whose gzip fits `limit`.
 
     Keeps the same leading fraction of `components` and of the root's
@@ -153,8 +165,10 @@ def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
     `aibom.truncated`, `aibom.truncated.reason`,
     `aibom.truncated.omitted-components`, `aibom.truncated.omitted-owned`.
     Returns the bytes and how many components and owned entries were cut.
+    A signature of the whole document is dropped; `seal` signs each cut.
     """
     doc = json.loads(document)
+    doc.pop("signature", None)
     components: list[Any] = list(doc.get("components") or [])
     meta: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
     root: dict[str, Any] = meta["component"] if isinstance(meta.get("component"), dict) else {}
@@ -192,6 +206,8 @@ def truncate(document: bytes, *, limit: int) -> tuple[bytes, int, int]:
         out_meta["properties"] = [*(meta.get("properties") or []), *note]
         out["metadata"] = out_meta
         data = json.dumps(out, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        if seal is not None:
+            data = seal(data)
         return data, len(components) - n_c, len(owned) - n_o
 
     lo, hi = 0.0, 1.0
@@ -263,6 +279,7 @@ def configmap_body(
     input_hash: str,
     generator: str,
     labels: DocLabels,
+    signed_by: str = "",
 ) -> dict[str, Any]:
     """The object we server-side apply: every field we own, nothing else."""
     body: dict[str, Any] = {
@@ -281,6 +298,8 @@ def configmap_body(
             "ownerReferences": [owner_reference(root, api_version)],
         },
     }
+    if signed_by:
+        body["metadata"]["annotations"][labels.signed_by] = signed_by
     if payload.data:
         body["data"] = dict(payload.data)
     if payload.binary_data:
@@ -289,14 +308,22 @@ def configmap_body(
 
 
 def is_current(
-    cm: Obj | None, root: ObjRef, *, input_hash: str, generator: str, labels: DocLabels
+    cm: Obj | None,
+    root: ObjRef,
+    *,
+    input_hash: str,
+    generator: str,
+    labels: DocLabels,
+    signed_by: str = "",
 ) -> bool:
     """Whether a cached ConfigMap already is the document we would write.
 
     Compared on metadata only (the cache keeps no data): the input hash and
     generator say the content is the same, the labels and ownerReference
     that it is still ours and tied to this root, and no other writer owns
-    part of the data (someone edited it: rewrite).
+    part of the data (someone edited it: rewrite). A document signed by
+    another key than `signed_by` (or unsigned while we sign) is rewritten:
+    a key rotation re-signs every document.
     """
     if cm is None or cm.get(FOREIGN_DATA):
         return False
@@ -304,6 +331,8 @@ def is_current(
     ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     assert isinstance(ann, dict)
     if ann.get(labels.input_hash) != input_hash or ann.get(labels.generator) != generator:
+        return False
+    if ann.get(labels.signed_by, "") != signed_by:
         return False
     have = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     assert isinstance(have, dict)

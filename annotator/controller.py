@@ -35,7 +35,14 @@ from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_rollup.kube import ApiResource, Kube, KubeError
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
-from annotator.configmap import MAX_DATA_BYTES, DocLabels, Payload, configmap_body, fit
+from annotator.configmap import (
+    FOREIGN_DATA,
+    MAX_DATA_BYTES,
+    DocLabels,
+    Payload,
+    configmap_body,
+    fit,
+)
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
 from annotator.leader import LeaderElector
@@ -43,6 +50,7 @@ from annotator.lease import ElectionConfig
 from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.plan import DocRef, Outcome, RootPlan, plan_root, plan_stamp, plan_sweep
+from annotator.signing import KEY_RECHECK, Signing, publish
 from annotator.slim import slimmer
 from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
@@ -77,6 +85,7 @@ class Settings:
     # Provenance (issue 12): the webhook's edge-proof key; trust every edge instead.
     provenance_key: bytes | None = None
     trust_owner_references: bool = False
+    signing: Signing | None = None  # sign every document (annotator.signing)
 
     @property
     def generator(self) -> str:
@@ -147,6 +156,9 @@ class Controller:
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
         # The last verdict on each root (current-state gauges; the leader's view).
         self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
+        self._key_published = asyncio.Lock()
+        self._published_kid: str | None = None
+        self.signing = settings.signing  # replaced when the key file changes
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -496,6 +508,8 @@ class Controller:
         await self.supervise_once()
         self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+        if self.signing is not None and self.signing.path:
+            self._tasks.append(asyncio.create_task(self._watch_signing_key(), name="signing-key"))
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="elector"))
         else:
@@ -577,6 +591,7 @@ class Controller:
             key,
             generator=self.settings.generator,
             tool_version=self.settings.tool_version,
+            signed_by=self._signed_by(),
         )
         self._count(plan)
         if plan.requeue is not None:
@@ -627,11 +642,17 @@ class Controller:
         document = render(
             plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
         )
+        signing = self.signing
+        seal = None
+        if signing is not None:
+            await self._publish_key(signing)
+            document = signing.seal(document)
+            seal = signing.seal
         limit = self.settings.size_limit
         if len(document) > limit:
-            payload = await asyncio.to_thread(fit, document, limit=limit)
+            payload = await asyncio.to_thread(fit, document, limit=limit, seal=seal)
         else:
-            payload = fit(document, limit=limit)
+            payload = fit(document, limit=limit, seal=seal)
         body = configmap_body(
             plan.ref,
             api_version=plan.api_version,
@@ -640,8 +661,18 @@ class Controller:
             input_hash=plan.input_hash,
             generator=self.settings.generator,
             labels=self.settings.labels,
+            signed_by=signing.key.kid if signing is not None else "",
         )
+        cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
         stored = await self.writer.apply_configmap(body)
+        if cached is not None and cached.get(FOREIGN_DATA):
+            # Someone else wrote the document's data (managedFields said so):
+            # this apply took it back.
+            self.metrics.documents_repaired.labels("edited").inc()
+            log.warning(
+                "document edited by another writer; restored",
+                extra={"root": str(plan.key), "configmap": f"{plan.ref.namespace}/{plan.cm_name}"},
+            )
         self.state.note_configmap(self.slim(stored))
         self.metrics.documents_written.labels(payload.encoding).inc()
         log.info(
@@ -660,6 +691,55 @@ class Controller:
             await self._report_size(plan, payload)
         if self.on_written is not None:
             self.on_written(stored)
+
+    def _signed_by(self) -> str:
+        return self.signing.key.kid if self.signing is not None else ""
+
+    async def _watch_signing_key(self) -> None:
+        """Pick up a rotated key file; every document is then re-signed with it."""
+        while True:
+            await asyncio.sleep(KEY_RECHECK)
+            current = self.signing
+            if current is None:
+                return
+            try:
+                rotated = await asyncio.to_thread(current.reload)
+            except ValueError as exc:
+                self._once(
+                    ("signing-key-unreadable", str(exc)),
+                    "cannot read the signing key file; still signing with the previous key",
+                    error=str(exc),
+                )
+                continue
+            if rotated is None:
+                continue
+            log.info(
+                "signing key changed; re-signing every document",
+                extra={"old_kid": current.key.kid, "kid": rotated.key.kid},
+            )
+            self.signing = rotated
+            self.full_resync()
+
+    async def _publish_key(self, signing: Signing) -> None:
+        """Publish our public key once, before the first document signed with it."""
+        if signing.keys_configmap is None or self._published_kid == signing.key.kid:
+            return
+        async with self._key_published:
+            if self._published_kid == signing.key.kid:
+                return
+            if not self.is_leader():
+                raise NotLeader()
+            namespace, name = signing.keys_configmap
+            result = await publish(self.kube, signing.key, namespace, name)
+            self._published_kid = signing.key.kid
+            log.info(
+                "signing key published",
+                extra={
+                    "kid": signing.key.kid,
+                    "configmap": f"{namespace}/{name}",
+                    "result": result,
+                },
+            )
 
     async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
         assert plan.ref is not None

@@ -42,6 +42,8 @@ from annotator.controller import STAMP_MODES, Controller, Settings
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.probes import Probes
+from annotator.signing import configure_parser as configure_signing
+from annotator.signing import signing_of
 
 log = logging.getLogger("annotator")
 
@@ -294,6 +296,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "before provenance; only for clusters that enforce the rule another way). "
         "Documents still say whether their namespace is guarded",
     )
+    configure_signing(p)
     add_core_options(p)
 
 
@@ -304,6 +307,10 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         raise UsageError(f"--namespace-label: {exc}") from None
     if not 1 <= int(args.max_depth) <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
+    try:
+        signing = signing_of(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     settings = Settings(
         registry=registry_of(args),
         tool_version=tool_version(),
@@ -325,6 +332,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         watch_idle_timeout=args.watch_idle_timeout,
         provenance_key=provenance_key_of(args),
         trust_owner_references=args.trust_owner_references,
+        signing=signing,
     )
     if args.api_retries < 0:
         raise UsageError(f"--api-retries must be >= 0, got {args.api_retries}")

@@ -170,6 +170,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.documents_repaired = Counter(
+            "aibom_annotator_documents_repaired",
+            "AIBOM ConfigMaps rewritten because another writer had changed their data (edited).",
+            ["reason"],
+            registry=r,
+        )
         self.errors = Counter(
             "aibom_annotator_errors",
             "Failed API operations of the annotator, by operation.",

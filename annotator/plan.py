@@ -88,7 +88,9 @@ class RootPlan:
     pods: int = 0
 
 
-def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version: str) -> RootPlan:
+def plan_root(
+    state: ClusterState, key: RootKey, *, generator: str, tool_version: str, signed_by: str = ""
+) -> RootPlan:
     """The plan for one root key (see the module docstring)."""
     graph = state.graph
     obj = graph.get(key.uid)
@@ -124,6 +126,7 @@ def plan_root(state: ClusterState, key: RootKey, *, generator: str, tool_version
         input_hash=digest,
         generator=generator,
         labels=state.labels,
+        signed_by=signed_by,
     )
     owned_refs = tuple(ref_of(o) for o in entry.owned)
     supersedes = [DocRef.of(cm, for_uid=o.uid) for o in owned_refs for cm in state.docs_of(o.uid)]
