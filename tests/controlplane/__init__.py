@@ -48,6 +48,14 @@ Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
         cp.crd_established(name) -> bool
         cp.pids, cp.log_files, cp.data_dir, cp.running, cp.ports
 
+    # The real LeaderWorkerSet controller (sigs.k8s.io/lws LWS_VERSION, module lws/):
+    ensure_lws() -> Path              # build unless cached: bin/lws-controller, release.yaml
+    ControlPlane(lws=True)            # start() also runs it, or:
+    cp.start_lws() -> LwsController   # release CRDs/RBAC, its ServiceAccount, its webhooks
+        .user, .kubeconfig, .log_path, .webhook_port, .started_in, ...
+    cp.lws_controller                 # the running one, or None
+    cp.stop_lws()                     # stop it, delete its webhook configurations
+
 The API server can call admission webhooks at ``https://127.0.0.1:PORT/...``
 (``MutatingAdmissionWebhook`` is on by default; no egress selector, proxy
 variables cleared for every child process).
