@@ -32,9 +32,11 @@ from tests.controlplane import (
     LWS_NAMESPACE,
     LWS_SERVICE_ACCOUNT,
     LWS_VERSION,
+    REPO_ROOT,
     ControlPlane,
     Kubectl,
     LwsController,
+    bind_rules,
 )
 from tests.integration.test_annotator import (
     LABEL_KEY,
@@ -520,3 +522,63 @@ def test_rolling_update_moves_the_document_to_the_new_digests(
 
     # The controller itself saw the update through (our kubelet stand-in made it possible).
     wait_for("the LWS's status: 2 updated, 2 ready", updated, TIMEOUT, 0.5)
+
+
+# -- under issue 12's provenance guard -----------------------------------------------------
+
+GUARD = REPO_ROOT / "manifests" / "provenance"
+
+
+@pytest.fixture
+def guard(kubectl: Kubectl) -> Iterator[None]:
+    """Issue 12's provenance guard (ValidatingAdmissionPolicy + binding) applied as
+    shipped; removed after the test, so that no other module runs under it."""
+    if not (GUARD / "kustomization.yaml").is_file():
+        pytest.skip("issue 12's provenance guard (manifests/provenance) is not in this tree")
+    kubectl("apply", "-k", str(GUARD))
+    try:
+        yield
+    finally:
+        kubectl("delete", "-k", str(GUARD), "--ignore-not-found")
+
+
+@pytest.mark.usefixtures("guard")
+def test_the_real_controllers_edges_pass_the_provenance_guard(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, lws_controller: LwsController
+) -> None:
+    """Every controller reference of the LWS chain is set by a real controller with
+    its real RBAC (LWS's ServiceAccount: leader and worker StatefulSets; Kubernetes'
+    StatefulSet controller: the Pods), and the guard lets each of them through; the
+    same reference written by an identity without `update` on the owner's
+    finalizers is refused, so the guard is really in force."""
+    # A tenant who may create StatefulSets, but not update an LWS's finalizers.
+    tenant = control_plane.issue_identity(f"tenant-{ns}")
+    bind_rules(kubectl, tenant.user, f"tenant-{ns}",
+               [{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create"]}],
+               namespace=ns)  # fmt: skip
+    forged = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "forged", "namespace": ns, "ownerReferences": [{
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "name": "proven", "uid": "00000000-0000-0000-0000-000000000000",
+            "controller": True}]},
+        "spec": {"serviceName": "forged", "selector": {"matchLabels": {"app": "forged"}},
+                 "template": {"metadata": {"labels": {"app": "forged"}},
+                              "spec": {"containers": [{"name": "main", "image": "x:1"}]}}},
+    }  # fmt: skip
+
+    def refused() -> str | None:
+        out = kubectl("create", "--dry-run=server", "-f", "-", kubeconfig=tenant.kubeconfig,
+                      input=json.dumps(forged), check=False)  # fmt: skip
+        return out.stderr if out.returncode != 0 and "finalizers" in out.stderr else None
+
+    # The policy and the tenant's RBAC take effect through informers: wait for both,
+    # so that everything below happens with the guard in force.
+    message = wait_for("the guard to refuse the tenant's forged reference", refused, TIMEOUT)
+    assert "aibom-rollup-provenance" in message, message
+
+    apply(kubectl, leaderworkerset(ns, "proven", replicas=2, size=3))
+    wait_pods(control_plane, ns, group_pods("proven", 2, 3))
+    text = lws_controller.log_path.read_text(errors="replace")
+    assert "aibom-rollup-provenance" not in text, "the guard refused the LWS controller"
