@@ -1611,6 +1611,10 @@ class ControlPlane:
             f"crd/{d['metadata']['name']}" for d in base if d["kind"] == "CustomResourceDefinition"
         ]
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=70)
+        _log(
+            f"LWS {LWS_VERSION}: release applied (CRDs Established, {LWS_SERVICE_ACCOUNT},"
+            f" RBAC) in {time.monotonic() - began:.1f} s; starting the controller"
+        )
 
         directory = self.data_dir / "lws"
         directory.mkdir(parents=True, exist_ok=True)
@@ -1675,6 +1679,9 @@ class ControlPlane:
         try:
             self._apply_list(hooks)
             self._wait(proc, "lws-controller /readyz", lws.ready, timeout)
+            _log(
+                f"LWS controller /readyz after {time.monotonic() - began:.1f} s; checking webhooks"
+            )
             self._wait(
                 proc, "the LWS mutating webhook (a server dry-run create)",
                 self._lws_webhook_defaults, timeout,
