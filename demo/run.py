@@ -1,15 +1,17 @@
 """`make demo`: the product working on a local, real control plane.
 
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
-   kube-controller-manager (tests/controlplane), or reuses the running one;
+   kube-controller-manager and the real LeaderWorkerSet controller
+   (tests/controlplane, `up --lws`), or reuses the running one;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
-4. does what the operators would (there is no Dynamo, LWS or NIM operator
-   here): creates their children with controller ownerReferences; Kubernetes'
-   own controllers then create ReplicaSets, Pods and Jobs;
+4. plays the operators whose modules are not served here (Dynamo, NIM):
+   creates their children with controller ownerReferences; the LWS chain is
+   made by the real LWS controller, and Kubernetes' own controllers create
+   ReplicaSets, StatefulSet Pods and Job Pods;
 5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
-   resolve;
+   resolve; that is all it does to Pods;
 6. prints the stamps as `kubectl get -o yaml` shows them, the roll-up tree
    (the offline `aibom-rollup tree` over a live `kubectl get -o json`), and
    the AIBOM ConfigMaps.
@@ -88,11 +90,19 @@ class Cluster:
 
 
 def control_plane() -> Cluster:
-    step("control plane (etcd, kube-apiserver, kube-controller-manager) from tests/controlplane")
-    subprocess.run(
-        [PY, "-m", "tests.controlplane", "up", "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
-        cwd=REPO, check=True,
+    step(
+        "control plane (etcd, kube-apiserver, kube-controller-manager) and the real"
+        " LeaderWorkerSet controller from tests/controlplane (first run: builds them, with progress)"
+    )
+    up = subprocess.run(
+        [PY, "-m", "tests.controlplane", "up", "--lws",
+         "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
+        cwd=REPO, check=False,
     )  # fmt: skip
+    if up.returncode != 0:
+        raise SystemExit(
+            "the control plane did not come up (see above); `make demo-down` resets it"
+        )
     state = json.loads((UP_DIR / "state.json").read_text())
     cluster = Cluster(state["kubeconfig"], state["kubectl"])
     cluster.caller = state.get("webhook_caller")
@@ -229,18 +239,6 @@ def _deployment(name: str, owner: Obj, template: Obj, replicas: int) -> Obj:
     }  # fmt: skip
 
 
-def _statefulset(name: str, owner: Obj, template: Obj, replicas: int, start: int = 0) -> Obj:
-    sel = {"app.kubernetes.io/instance": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "ownerReferences": _owner(owner)},
-        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": sel},
-                 "podManagementPolicy": "Parallel", "ordinals": {"start": start},
-                 "template": _labelled(template, sel)},
-    }  # fmt: skip
-
-
 def examples(cluster: Cluster) -> None:
     step(f"namespace {NS}, opted in with aibom.dev/enabled=true")
     cluster.kubectl("create", "namespace", NS, check=False)
@@ -249,8 +247,24 @@ def examples(cluster: Cluster) -> None:
     print(cluster.kubectl("apply", "-n", NS, "-f", str(REPO / "examples")).rstrip())
 
 
+#: Who makes each chain of the demo (printed at the end, and in the README).
+CHAINS = (
+    ("real", "LeaderWorkerSet -> leader StatefulSet -> leader Pod -> worker StatefulSet"
+     " -> worker Pods", "the LWS controller (sigs.k8s.io/lws) with Kubernetes' StatefulSet controller"),
+    ("real", "Deployment -> ReplicaSet -> Pod, StatefulSet -> Pod, Job -> Pod",
+     "Kubernetes' own controllers (kube-controller-manager)"),
+    ("played", "DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
+     "this script (the Dynamo operator's module is not served here)"),
+    ("played", "NIMService -> Deployment",
+     "this script (the NIM operator's module is not served here)"),
+    ("played", "CronJob -> Job", "this script (kubectl create job --from; the cronjob"
+     " controller is real but would wait for the schedule)"),
+    ("played", "Pod status (Running, imageID digests)", "this script, as a kubelet (no kubelet here)"),
+)  # fmt: skip
+
+
 def operators(cluster: Cluster) -> None:
-    step("materialize what the operators would (Dynamo, LWS, NIM) and a CronJob's Job")
+    step("play the operators that cannot run here (Dynamo, NIM) and a CronJob's Job")
     dgd = cluster.get("dynamographdeployment", "vllm-agg")
     assert dgd is not None
     for comp in dgd["spec"]["components"]:
@@ -270,13 +284,7 @@ def operators(cluster: Cluster) -> None:
             f"  DynamoGraphDeployment/vllm-agg -> DynamoComponentDeployment/{name} -> Deployment/{name}"
         )
 
-    lws = cluster.get("leaderworkerset", "vllm")
-    assert lws is not None
-    lwt = lws["spec"]["leaderWorkerTemplate"]
-    cluster.apply(_statefulset("vllm", lws, lwt["leaderTemplate"], lws["spec"].get("replicas", 1)))
-    print(
-        "  LeaderWorkerSet/vllm -> StatefulSet/vllm (leader); leader Pods own worker StatefulSets"
-    )
+    print("  LeaderWorkerSet/vllm: not played; the real LWS controller makes its chain")
 
     nim = cluster.get("nimservice", "meta-llama-3-2-1b-instruct")
     assert nim is not None
@@ -300,10 +308,6 @@ def _digest(image: str) -> str:
 
 def kubelet(cluster: Cluster, timeout: float = 90) -> None:
     step("act as the kubelet: report Pods running, with the image digests they pulled")
-    lws = cluster.get("leaderworkerset", "vllm")
-    assert lws is not None
-    worker_template = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
-    size = int(lws["spec"]["leaderWorkerTemplate"].get("size", 2))
     expected = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
                 "meta-llama-3-2-1b-instruct", "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
     deadline = time.monotonic() + timeout
@@ -312,9 +316,6 @@ def kubelet(cluster: Cluster, timeout: float = 90) -> None:
         pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
         for pod in pods:
             name = pod["metadata"]["name"]
-            if name == "vllm-0":  # a leader Pod owns its group's worker StatefulSet (LWS's shape)
-                # Workers are numbered from 1, as LWS does (StatefulSet ordinals.start).
-                cluster.apply(_statefulset("vllm-0", pod, worker_template, size - 1, start=1))
             if name in done or pod.get("status", {}).get("phase") == "Running":
                 done.add(name)
                 continue
@@ -460,6 +461,23 @@ def plugin(cluster: Cluster) -> None:
         print((proc.stdout + proc.stderr).rstrip())
 
 
+def chains(cluster: Cluster) -> None:
+    step("who made what: the LWS chain as its real controller made it, and what is played")
+    lws_objs = json.loads(cluster.kubectl(
+        "get", "statefulsets,pods", "-n", NS, "-l", "leaderworkerset.sigs.k8s.io/name=vllm",
+        "-o", "json", "--show-managed-fields",
+    ))["items"]  # fmt: skip
+    for obj in sorted(lws_objs, key=lambda o: (o["kind"], o["metadata"]["name"])):
+        refs = obj["metadata"].get("ownerReferences", [])
+        ctrl = next((f"{r['kind']}/{r['name']}" for r in refs if r.get("controller")), "-")
+        managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])
+                           if not m.get("subresource")})  # fmt: skip
+        what = f"{obj['kind']}/{obj['metadata']['name']}"
+        print(f"  {what:22s} controller: {ctrl:26s} field managers: {', '.join(managers)}")
+    for kind, chain, by in CHAINS:
+        print(f"  [{kind:6s}] {chain}\n           by {by}")
+
+
 def main() -> int:
     t0 = time.monotonic()
     cluster = control_plane()
@@ -468,6 +486,7 @@ def main() -> int:
     operators(cluster)
     kubelet(cluster)
     show(cluster)
+    chains(cluster)
     plugin(cluster)
     step(f"done in {time.monotonic() - t0:.0f} s; everything keeps running")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")

@@ -48,6 +48,14 @@ Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
         cp.crd_established(name) -> bool
         cp.pids, cp.log_files, cp.data_dir, cp.running, cp.ports
 
+    # The real LeaderWorkerSet controller (sigs.k8s.io/lws LWS_VERSION, module lws/):
+    ensure_lws() -> Path              # build unless cached: bin/lws-controller, release.yaml
+    ControlPlane(lws=True)            # start() also runs it, or:
+    cp.start_lws() -> LwsController   # release CRDs/RBAC, its ServiceAccount, its webhooks
+        .user, .kubeconfig, .log_path, .webhook_port, .started_in, ...
+    cp.lws_controller                 # the running one, or None
+    cp.stop_lws()                     # stop it, delete its webhook configurations
+
 The API server can call admission webhooks at ``https://127.0.0.1:PORT/...``
 (``MutatingAdmissionWebhook`` is on by default; no egress selector, proxy
 variables cleared for every child process).
@@ -84,6 +92,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final, Protocol
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -94,6 +103,10 @@ __all__ = [
     "DEFAULT_CRD_FILES",
     "ETCD_VERSION",
     "K8S_VERSION",
+    "LWS_MODULE_DIR",
+    "LWS_NAMESPACE",
+    "LWS_SERVICE_ACCOUNT",
+    "LWS_VERSION",
     "MODULE_DIR",
     "REPO_ROOT",
     "ApiResponse",
@@ -102,6 +115,7 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "Kubectl",
+    "LwsController",
     "ServingCert",
     "binaries_dir",
     "bind_rules",
@@ -109,7 +123,9 @@ __all__ = [
     "cache_dir",
     "child_env",
     "ensure_binaries",
+    "ensure_lws",
     "kubectl_path",
+    "lws_build_key",
     "running_control_plane",
     "shared_dir",
 ]
@@ -252,18 +268,27 @@ def ensure_binaries(*, progress_interval: float = 15.0) -> Path:
     Concurrent callers wait on a file lock and reuse the first one's build.
     """
     key_dir = cache_dir() / build_key()
-    bin_dir = key_dir / "bin"
-    if _have_binaries(bin_dir):
-        return bin_dir
+    _build_once(key_dir, lambda: _have_binaries(key_dir / "bin"), _build, progress_interval)
+    return key_dir / "bin"
+
+
+def _build_once(
+    key_dir: Path,
+    have: Callable[[], bool],
+    build: Callable[[Path, float], None],
+    progress_interval: float,
+) -> None:
+    """Run ``build(key_dir, progress_interval)`` unless ``have()``, under ``<key_dir>/.lock``."""
+    if have():
+        return
     key_dir.mkdir(parents=True, exist_ok=True)
     with open(key_dir / ".lock", "w") as lock:
         if not _try_lock(lock):
             _log(f"another process is building {key_dir.name}; waiting for it")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        if _have_binaries(bin_dir):
-            return bin_dir
-        _build(key_dir, progress_interval)
-    return bin_dir
+        if have():
+            return
+        build(key_dir, progress_interval)
 
 
 def _try_lock(lock: IO[str]) -> bool:
@@ -275,6 +300,38 @@ def _try_lock(lock: IO[str]) -> bool:
 
 
 def _build(key_dir: Path, progress_interval: float) -> None:
+    staging = _go_build(
+        MODULE_DIR,
+        BINARIES,
+        ldflags=_ldflags(),
+        key_dir=key_dir,
+        progress_interval=progress_interval,
+        what=f"{', '.join(BINARIES)} ({K8S_VERSION}, etcd {ETCD_VERSION})",
+        estimate="about 5 min",
+    )
+    out = subprocess.run(
+        [str(staging / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
+    )
+    if K8S_VERSION not in out.stdout:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(f"built kube-apiserver reports {out.stdout.strip()!r}, not {K8S_VERSION}")
+    bin_dir = key_dir / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    staging.rename(bin_dir)
+
+
+def _go_build(
+    module_dir: Path,
+    names: Sequence[str],
+    *,
+    ldflags: str,
+    key_dir: Path,
+    progress_interval: float,
+    what: str,
+    estimate: str,
+) -> Path:
+    """``go build`` ``./cmd/<name>`` of ``module_dir`` into a fresh staging folder
+    under ``key_dir`` (returned); the log goes to ``<key_dir>/build.log``."""
     go = _find_go()
     staging = Path(tempfile.mkdtemp(prefix="bin.", dir=key_dir))
     log_path = key_dir / "build.log"
@@ -288,24 +345,24 @@ def _build(key_dir: Path, progress_interval: float) -> None:
         "-v",
         "-trimpath",
         "-ldflags",
-        _ldflags(),
+        ldflags,
         "-o",
         str(staging) + os.sep,
-        *[f"./cmd/{name}" for name in BINARIES],
+        *[f"./cmd/{name}" for name in names],
     ]
     total = 0
     _log(
-        f"building {', '.join(BINARIES)} ({K8S_VERSION}, etcd {ETCD_VERSION}) into {key_dir};"
-        f" a cold build takes about 5 min on 2 cores (log: {log_path})"
+        f"building {what} into {key_dir};"
+        f" a cold build takes {estimate} on 2 cores (log: {log_path})"
     )
     start = time.monotonic()
-    pkgs = [f"./cmd/{name}" for name in BINARIES]
+    pkgs = [f"./cmd/{name}" for name in names]
     # Resolving the graph downloads the pinned modules (checked against
     # go.sum) on a cold module cache; `go mod verify` then re-checks them all.
     _log("resolving the package graph and verifying the pinned modules (go list, go mod verify)")
     for pre in ([go, "list", "-deps", *pkgs], [go, "mod", "verify"]):
         res = subprocess.run(
-            pre, cwd=MODULE_DIR, env=env, capture_output=True, text=True, check=False
+            pre, cwd=module_dir, env=env, capture_output=True, text=True, check=False
         )
         if res.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
@@ -322,7 +379,7 @@ def _build(key_dir: Path, progress_interval: float) -> None:
         log.flush()
         proc = subprocess.Popen(
             cmd,
-            cwd=MODULE_DIR,
+            cwd=module_dir,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -376,21 +433,120 @@ def _build(key_dir: Path, progress_interval: float) -> None:
             f"go build failed (exit {proc.returncode}) after {elapsed:.0f} s; "
             f"last lines of {log_path}:\n{_tail(log_path)}"
         )
-    out = subprocess.run(
-        [str(staging / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
-    )
-    if K8S_VERSION not in out.stdout:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(f"built kube-apiserver reports {out.stdout.strip()!r}, not {K8S_VERSION}")
-    bin_dir = key_dir / "bin"
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    staging.rename(bin_dir)
-    _log(f"built in {elapsed:.0f} s: {bin_dir}")
+    _log(f"built in {elapsed:.0f} s: {', '.join(names)}")
+    return staging
 
 
 def kubectl_path() -> Path:
     """The kubectl built from the same release as the API server (builds if needed)."""
     return ensure_binaries() / "kubectl"
+
+
+# --------------------------------------------------------------------------- LWS build
+
+#: The LeaderWorkerSet release whose controller ``start_lws`` runs (lws/go.mod).
+LWS_VERSION: Final = "v0.9.0"
+#: The commit of tag v0.9.0 (the module proxy's ``.info`` Origin.Hash): the module
+#: zip has no git metadata, so it is pinned here for ``lws-controller --version``.
+LWS_COMMIT: Final = "f056f611ae7721f9983ac35f26bfbae8547fd9f3"
+#: The Go module that builds ``lws-controller`` (its own go.mod and go.sum).
+LWS_MODULE_DIR: Final = MODULE_DIR / "lws"
+#: Where the release manifests put the controller, and as whom it runs.
+LWS_NAMESPACE: Final = "lws-system"
+LWS_SERVICE_ACCOUNT: Final = "lws-controller-manager"
+# Bump when the way the LWS controller is built or its release rendered changes.
+_LWS_RECIPE: Final = "1"
+
+
+def _lws_ldflags() -> str:
+    pkg = "sigs.k8s.io/lws/pkg/version"
+    # The upstream Makefile sets the same three; BuildDate stays empty so the
+    # binary is the same bytes on every rebuild.
+    return (
+        f"-s -w -X {pkg}.GitVersion={LWS_VERSION} -X {pkg}.GitCommit={LWS_COMMIT}"
+        f" -X {pkg}.BuildDate="
+    )
+
+
+def lws_build_key() -> str:
+    """``lws-<version>-<hash>`` over lws/go.mod, go.sum, its main, the ldflags and
+    the recipe: any change gives a new cache folder, next to the control plane's."""
+    digest = hashlib.sha256(f"recipe={_LWS_RECIPE}\nldflags={_lws_ldflags()}\n".encode())
+    files = [LWS_MODULE_DIR / "go.mod", LWS_MODULE_DIR / "go.sum"]
+    files += sorted(p for p in (LWS_MODULE_DIR / "cmd").rglob("*") if p.is_file())
+    for path in files:
+        digest.update(path.relative_to(LWS_MODULE_DIR).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return f"lws-{LWS_VERSION}-{digest.hexdigest()[:16]}"
+
+
+def _have_lws(key_dir: Path) -> bool:
+    return (
+        os.access(key_dir / "bin" / "lws-controller", os.X_OK)
+        and (key_dir / "release.yaml").is_file()
+    )
+
+
+def ensure_lws() -> Path:
+    """Build the LWS controller unless cached; return its folder.
+
+    ``<folder>/bin/lws-controller`` is upstream ``cmd/main.go`` of
+    sigs.k8s.io/lws at :data:`LWS_VERSION`, and ``<folder>/release.yaml`` is
+    the release's own manifests (``kubectl kustomize config/default`` of the
+    same module: CRDs, ServiceAccount, RBAC, webhook configurations). Same
+    cache, lock and progress output as :func:`ensure_binaries`; a cold build
+    took about 1.5 min on 2 cores, a cache hit costs a hash.
+    """
+    key_dir = cache_dir() / lws_build_key()
+    _build_once(key_dir, lambda: _have_lws(key_dir), _build_lws, 15.0)
+    return key_dir
+
+
+def _build_lws(key_dir: Path, progress_interval: float) -> None:
+    kubectl = ensure_binaries() / "kubectl"  # renders the release's kustomization
+    staging = _go_build(
+        LWS_MODULE_DIR,
+        ("lws-controller",),
+        ldflags=_lws_ldflags(),
+        key_dir=key_dir,
+        progress_interval=progress_interval,
+        what=f"the LeaderWorkerSet controller (sigs.k8s.io/lws {LWS_VERSION})",
+        estimate="about 1.5 min",
+    )
+    try:
+        out = subprocess.run(
+            [str(staging / "lws-controller"), "--version"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if f"Version: {LWS_VERSION}" not in out.stdout:
+            raise BuildError(f"built lws-controller reports {out.stdout.strip()!r}")
+        env = dict(os.environ, GOFLAGS="-mod=readonly")
+        res = subprocess.run(
+            [_find_go(), "mod", "download", "-json", "sigs.k8s.io/lws"],
+            cwd=LWS_MODULE_DIR, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if res.returncode != 0:
+            raise BuildError(f"go mod download sigs.k8s.io/lws failed: {res.stderr[-2000:]}")
+        source = Path(json.loads(res.stdout)["Dir"])
+        res = subprocess.run(
+            [str(kubectl), "kustomize", str(source / "config" / "default")],
+            env=child_env(), capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if res.returncode != 0:
+            raise BuildError(f"kubectl kustomize {source}/config/default failed: {res.stderr}")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    bin_dir = key_dir / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    staging.rename(bin_dir)
+    release = key_dir / "release.yaml"
+    tmp = release.with_suffix(".tmp")
+    tmp.write_text(
+        f"# kubectl kustomize config/default of sigs.k8s.io/lws@{LWS_VERSION} ({source})\n"
+        + res.stdout
+    )
+    tmp.replace(release)
 
 
 # --------------------------------------------------------------------------- certificates
@@ -796,6 +952,79 @@ def bind_rules(
     kubectl("apply", "-f", "-", input=json.dumps(docs))
 
 
+# --------------------------------------------------------------------------- LWS runtime
+
+#: What ``start_lws`` applies from the release: not its Deployment, Services,
+#: ConfigMap or cert Secret (the controller runs here as a local process).
+_LWS_APPLIED_KINDS: Final = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ServiceAccount", "Role", "ClusterRole",
+     "RoleBinding", "ClusterRoleBinding"}
+)  # fmt: skip
+_LWS_CRD_FILE_PREFIXES: Final = ("leaderworkerset.x-k8s.io_", "disaggregatedset.x-k8s.io_")
+_LWS_TOKEN_SECONDS: Final = 7 * 24 * 3600
+
+
+def copy_json(obj: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON-like document."""
+    result: dict[str, Any] = json.loads(json.dumps(obj))
+    return result
+
+
+def _token_kubeconfig(server: str, ca_pem: bytes, token: str, user: str) -> str:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "aibom", "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca_pem).decode()}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "aibom", "context": {"cluster": "aibom", "user": user}}],
+        "current-context": "aibom",
+    }  # fmt: skip
+    return json.dumps(doc, indent=2) + "\n"
+
+
+@dataclass
+class LwsController:
+    """The running LeaderWorkerSet controller (see :meth:`ControlPlane.start_lws`)."""
+
+    process: _Process
+    kubeconfig: Path  # its ServiceAccount token, not admin
+    config_file: Path  # its Configuration (config.lws.x-k8s.io/v1alpha1)
+    user: str  # system:serviceaccount:lws-system:lws-controller-manager
+    webhook_port: int
+    health_port: int
+    metrics_port: int
+    webhook_configurations: tuple[tuple[str, str], ...]  # (kind, name)
+    dist_dir: Path  # bin/lws-controller and release.yaml
+    started_in: float = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def ready(self) -> bool:
+        conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=2)
+        try:
+            conn.request("GET", "/readyz")
+            resp = conn.getresponse()
+            resp.read()
+        finally:
+            conn.close()
+        return resp.status == 200
+
+    def workers_started(self) -> bool:
+        """Its LeaderWorkerSet and Pod controllers logged ``Starting workers``."""
+        text = self.log_path.read_text(errors="replace")
+        started = {
+            m.group(1) for m in re.finditer(r'Starting workers.*?"controller": "([a-z]+)"', text)
+        }
+        return {"leaderworkerset", "pod"} <= started
+
+
 # --------------------------------------------------------------------------- control plane
 
 _LIVE: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
@@ -867,6 +1096,8 @@ class ControlPlane:
     # An AdmissionConfiguration for kube-apiserver (--admission-control-config-file),
     # e.g. `webhook_caller(...).config_file`: how it authenticates to webhooks.
     admission_config_file: Path | None = None
+    #: Also run the real LeaderWorkerSet controller (:meth:`start_lws`) once started.
+    lws: bool = False
 
     server: str = field(init=False, default="")
     kubeconfig: Path = field(init=False, default=Path())
@@ -879,6 +1110,7 @@ class ControlPlane:
     _owns_data_dir: bool = field(init=False, default=False)
     _identities: int = field(init=False, default=0)
     _contexts: dict[Path, ssl.SSLContext] = field(init=False, default_factory=dict)
+    _lws: LwsController | None = field(init=False, default=None)
 
     # ----------------------------------------------------------- lifecycle
     def __enter__(self) -> ControlPlane:
@@ -968,6 +1200,12 @@ class ControlPlane:
             raise
         elapsed = time.monotonic() - began
         _log(f"control plane {K8S_VERSION} ready at {self.server} in {elapsed:.1f} s")
+        if self.lws:
+            try:
+                self.start_lws()
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def _start_once(self, bin_dir: Path, data: Path) -> None:
@@ -1180,6 +1418,7 @@ class ControlPlane:
             proc.stop(self.stop_grace)
         self._procs.clear()
         self._contexts.clear()
+        self._lws = None
 
     # ----------------------------------------------------------- identities
     def _issue(self, user: str, groups: Iterable[str], directory: Path) -> ClientIdentity:
@@ -1341,6 +1580,8 @@ class ControlPlane:
         """
         rels = DEFAULT_CRD_FILES if files is None else tuple(files)
         paths = [p if (p := Path(rel)).is_absolute() else shared_dir() / p for rel in rels]
+        if self._lws is not None:  # its release's CRDs stand while the LWS controller runs
+            paths = [p for p in paths if not p.name.startswith(_LWS_CRD_FILE_PREFIXES)]
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise ControlPlaneError(f"CRD files not found (set AIBOM_SHARED_DIR?): {missing}")
@@ -1402,11 +1643,180 @@ class ControlPlane:
         conditions = resp.json().get("status", {}).get("conditions", [])
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
+    # ----------------------------------------------------------- LeaderWorkerSet controller
+    @property
+    def lws_controller(self) -> LwsController | None:
+        """The running LWS controller (:meth:`start_lws`), or None."""
+        return self._lws
+
+    def start_lws(self, *, timeout: float = 120.0) -> LwsController:
+        """Run the real LeaderWorkerSet controller (sigs.k8s.io/lws :data:`LWS_VERSION`).
+
+        From its release manifests (``ensure_lws()``'s ``release.yaml``) it
+        applies the Namespace ``lws-system``, the CRDs, the ServiceAccount
+        ``lws-controller-manager`` and every Role/ClusterRole and binding;
+        the controller then runs as that ServiceAccount (a TokenRequest token
+        in its own kubeconfig), never as admin. Its webhooks serve on
+        127.0.0.1 with a certificate from the cluster CA; the release's
+        webhook configurations are applied with ``clientConfig.url`` pointing
+        there and that CA as ``caBundle`` (its config's
+        ``internalCertManagement.enable: false``, the release's cert-manager
+        mode, where the certificate comes from outside). Leader election is
+        off (one replica, like the controller-manager here). Returns once
+        /readyz answers, a dry-run LeaderWorkerSet has been defaulted by its
+        mutating webhook, and its LeaderWorkerSet and Pod controllers run.
+        Idempotent.
+        """
+        if self._lws is not None:
+            return self._lws
+        if self.data_dir is None or not self.server:
+            raise ControlPlaneError("start_lws: the control plane is not running")
+        dist = ensure_lws()
+        began = time.monotonic()
+        docs = [d for d in yaml.safe_load_all((dist / "release.yaml").read_text()) if d]
+        base = [copy_json(d) for d in docs if d["kind"] in _LWS_APPLIED_KINDS]
+        for doc in base:
+            if doc["kind"] == "CustomResourceDefinition":
+                # The release routes conversion to its webhook Service; only v1 is
+                # served, so the API server never converts, and v0.9.0 registers
+                # no /convert handler: no conversion, nothing to route.
+                doc["spec"]["conversion"] = {"strategy": "None"}
+        self._apply_list(base)
+        crds = [
+            f"crd/{d['metadata']['name']}" for d in base if d["kind"] == "CustomResourceDefinition"
+        ]
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=70)
+        _log(
+            f"LWS {LWS_VERSION}: release applied (CRDs Established, {LWS_SERVICE_ACCOUNT},"
+            f" RBAC) in {time.monotonic() - began:.1f} s; starting the controller"
+        )
+
+        directory = self.data_dir / "lws"
+        directory.mkdir(parents=True, exist_ok=True)
+        user = f"system:serviceaccount:{LWS_NAMESPACE}:{LWS_SERVICE_ACCOUNT}"
+        resp = self.request(
+            "POST",
+            f"/api/v1/namespaces/{LWS_NAMESPACE}/serviceaccounts/{LWS_SERVICE_ACCOUNT}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": _LWS_TOKEN_SECONDS}},
+        )  # fmt: skip
+        if not resp.ok:
+            raise ControlPlaneError(f"TokenRequest for {user}: {resp.status} {resp.body[:300]!r}")
+        kubeconfig = directory / "kubeconfig"
+        kubeconfig.write_text(
+            _token_kubeconfig(self.server, self.ca_pem, resp.json()["status"]["token"], user)
+        )
+        kubeconfig.chmod(0o600)
+        serving = self.issue_serving_cert("lws-webhook")  # tls.crt and tls.key, as it expects
+        ports: set[int] = set()
+        while len(ports) < 3:
+            ports.add(_free_port())
+        webhook_port, health_port, metrics_port = sorted(ports)
+        config = directory / "controller_manager_config.yaml"
+        config.write_text(json.dumps({
+            "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"host": "127.0.0.1", "port": webhook_port,
+                        "certDir": str(serving.cert_file.parent)},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        }, indent=2) + "\n")  # fmt: skip
+        assert self.data_dir is not None
+        proc = _Process(
+            "lws-controller",
+            [str(dist / "bin" / "lws-controller"), f"--config={config}",
+             f"--kubeconfig={kubeconfig}", "--zap-log-level=2"],  # the release's level
+            self.data_dir / "logs" / "lws-controller.log",
+        )  # fmt: skip
+        self._procs.append(proc)
+        proc.start(pdeathsig=threading.current_thread() is threading.main_thread())
+        hooks = [copy_json(d) for d in docs if d["kind"].endswith("WebhookConfiguration")]
+        for doc in hooks:
+            for hook in doc["webhooks"]:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{webhook_port}{path}",
+                    "caBundle": self.ca_bundle,
+                }
+        lws = LwsController(
+            process=proc,
+            kubeconfig=kubeconfig,
+            config_file=config,
+            user=user,
+            webhook_port=webhook_port,
+            health_port=health_port,
+            metrics_port=metrics_port,
+            webhook_configurations=tuple((d["kind"], d["metadata"]["name"]) for d in hooks),
+            dist_dir=dist,
+        )
+        try:
+            self._apply_list(hooks)
+            self._wait(proc, "lws-controller /readyz", lws.ready, timeout)
+            _log(
+                f"LWS controller /readyz after {time.monotonic() - began:.1f} s; checking webhooks"
+            )
+            self._wait(
+                proc, "the LWS mutating webhook (a server dry-run create)",
+                self._lws_webhook_defaults, timeout,
+            )  # fmt: skip
+            self._wait(proc, "the LWS controllers' workers", lws.workers_started, timeout)
+        except BaseException:
+            self._lws = lws
+            self.stop_lws()
+            raise
+        lws.started_in = time.monotonic() - began
+        self._lws = lws
+        _log(f"LeaderWorkerSet controller {LWS_VERSION} ready as {user} in {lws.started_in:.1f} s")
+        return lws
+
+    def _apply_list(self, items: list[dict[str, Any]]) -> None:
+        self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=aibom-controlplane",
+            "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        )  # fmt: skip
+
+    def _lws_webhook_defaults(self) -> bool:
+        probe = {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "aibom-lws-probe", "namespace": "default"},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {
+                "spec": {"containers": [{"name": "c", "image": "registry.example/probe:1"}]}}}},
+        }  # fmt: skip
+        resp = self.request(
+            "POST",
+            "/apis/leaderworkerset.x-k8s.io/v1/namespaces/default/leaderworkersets?dryRun=All",
+            probe,
+        )
+        if not resp.ok:
+            return False
+        # Set by the webhook's Default(), not by a CRD default.
+        spec = resp.json()["spec"]
+        return bool(spec.get("networkConfig", {}).get("subdomainPolicy"))
+
+    def stop_lws(self) -> None:
+        """Stop the LWS controller and delete its webhook configurations (so LWS
+        objects and Pods can be written again without it). Its CRDs, RBAC and
+        the objects it made stay. A no-op when it is not running."""
+        lws, self._lws = self._lws, None
+        if lws is None:
+            return
+        for kind, name in lws.webhook_configurations:
+            self.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+        lws.process.stop(self.stop_grace)
+        with contextlib.suppress(ValueError):
+            self._procs.remove(lws.process)
+
 
 @contextlib.contextmanager
-def running_control_plane(*, crds: bool = True) -> Iterator[ControlPlane]:
-    """``with running_control_plane() as cp``: started, CRDs installed, stopped after."""
+def running_control_plane(*, crds: bool = True, lws: bool = False) -> Iterator[ControlPlane]:
+    """``with running_control_plane() as cp``: started, CRDs installed, stopped after;
+    with ``lws``, the real LeaderWorkerSet controller runs too (after the CRDs)."""
     with ControlPlane() as cp:
         if crds:
             cp.install_crds()
+        if lws:
+            cp.start_lws()
         yield cp

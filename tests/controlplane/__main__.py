@@ -18,11 +18,13 @@ from typing import Any
 from tests.controlplane import (
     ETCD_VERSION,
     K8S_VERSION,
+    LWS_VERSION,
     REPO_ROOT,
     ControlPlane,
     ControlPlaneError,
     cache_dir,
     ensure_binaries,
+    ensure_lws,
     webhook_caller,
 )
 
@@ -40,6 +42,11 @@ commands:
 
 There is no scheduler and no kubelet: Pods are created by the controllers and stay
 Pending. Logs of each process: <state dir>/data/logs/.
+
+LeaderWorkerSet: `build --lws` also builds the LWS controller (sigs.k8s.io/lws
+{LWS_VERSION}, tests/controlplane/lws/; about 1.5 min the first time), and `up --lws`
+runs it too: its release's CRDs, ServiceAccount and RBAC, the controller as that
+ServiceAccount, its webhooks on 127.0.0.1.
 """
 
 
@@ -81,12 +88,17 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"server:     {state['server']}")
     print(f"kubectl:    {state['kubectl']}")
     print(f"logs:       {state['logs']}")
+    if state.get("lws"):
+        lws = state["lws"]
+        print(f"lws:        LeaderWorkerSet controller {lws['version']} as {lws['user']}")
     print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
     print(f"stop:       cd {REPO_ROOT} && {sys.executable} -m tests.controlplane down")
 
 
-def cmd_build(_: argparse.Namespace) -> int:
+def cmd_build(args: argparse.Namespace) -> int:
     print(ensure_binaries())
+    if args.lws:
+        print(ensure_lws() / "bin")
     return 0
 
 
@@ -103,10 +115,19 @@ def cmd_status(_: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     state = _read_state()
     if state and _alive(int(state["pid"])):
+        if args.lws and not state.get("lws"):
+            print(
+                f"already running (supervisor pid {state['pid']}) without the LWS controller;"
+                " run 'down' first, then 'up --lws'",
+                file=sys.stderr,
+            )
+            return 1
         print(f"already running (supervisor pid {state['pid']})")
         _print_info(state)
         return 0
     ensure_binaries()  # in the foreground, so the build's progress shows
+    if args.lws:
+        ensure_lws()
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -116,6 +137,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         cmd.append("--no-crds")
     if args.webhook_client:
         cmd += ["--webhook-client", args.webhook_client]
+    if args.lws:
+        cmd.append("--lws")
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -197,6 +220,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cp.start()
         if not args.no_crds:
             print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
+        lws = cp.start_lws() if args.lws else None
         state: dict[str, Any] = {
             "status": "ready",
             "pid": os.getpid(),
@@ -206,6 +230,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "logs": str(directory / "data" / "logs"),
             "pids": cp.pids,
             "version": K8S_VERSION,
+            "lws": None
+            if lws is None
+            else {
+                "version": LWS_VERSION,
+                "user": lws.user,
+                "log": str(lws.log_path),
+                "started_in": round(lws.started_in, 1),
+            },
         }
         if caller is not None:
             state["webhook_caller"] = {
@@ -241,9 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{build,up,down,status}")
-    sub.add_parser("build", help="build the binaries unless cached").set_defaults(func=cmd_build)
+    build = sub.add_parser("build", help="build the binaries unless cached")
+    build.add_argument("--lws", action="store_true", help="also the LeaderWorkerSet controller")
+    build.set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start in the background and install the CRDs")
     up.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
+    up.add_argument(
+        "--lws",
+        action="store_true",
+        help=f"also run the real LeaderWorkerSet controller ({LWS_VERSION}) as its ServiceAccount",
+    )
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     up.add_argument(
         "--webhook-client",
@@ -258,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("_serve")  # internal: the detached supervisor
     serve.add_argument("--no-crds", action="store_true")
     serve.add_argument("--webhook-client")
+    serve.add_argument("--lws", action="store_true")
     serve.set_defaults(func=cmd_serve)
     args = parser.parse_args(argv)
     try:

@@ -18,6 +18,11 @@ per pytest session):
   a non-zero exit unless ``check=False``. Returns ``CompletedProcess[str]``.
 - ``namespace`` (function): a fresh namespace, named after the test, whose
   default ServiceAccount exists; deleted (without waiting) after the test.
+- ``lws_controller`` (module): the real LeaderWorkerSet controller
+  (``cp.start_lws()``: its release's CRDs, ServiceAccount, RBAC and webhooks)
+  running on ``control_plane`` for the tests of one module, stopped after it
+  (its webhook configurations deleted) so that other modules can play LWS
+  children by hand. Its build is cached like the control plane's.
 
 Mark such tests ``@pytest.mark.integration``. The binaries are built, if not
 cached, once the tests are collected, before the first test starts (a cold
@@ -38,9 +43,17 @@ from types import FrameType
 
 import pytest
 
-from tests.controlplane import ControlPlane, ControlPlaneError, Kubectl, ensure_binaries
+from tests.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    Kubectl,
+    LwsController,
+    ensure_binaries,
+    ensure_lws,
+)
 
 _BUILD_ERROR: list[BaseException] = []
+_LWS_BUILD_ERROR: list[BaseException] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,6 +77,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             ensure_binaries()
         except Exception as exc:  # reported by the control_plane fixture, loudly
             _BUILD_ERROR.append(exc)
+    if any("lws_controller" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:  # before the first test, like the control plane: a build is no test's time
+            ensure_lws()
+        except Exception as exc:  # reported by the lws_controller fixture
+            _LWS_BUILD_ERROR.append(exc)
 
 
 @pytest.fixture(scope="session")
@@ -106,3 +124,17 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
         time.sleep(0.1)
     yield name
     control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture(scope="module")
+def lws_controller(control_plane: ControlPlane) -> Iterator[LwsController]:
+    if _LWS_BUILD_ERROR:
+        pytest.fail(f"cannot build the LWS controller: {_LWS_BUILD_ERROR[0]}", pytrace=False)
+    try:
+        lws = control_plane.start_lws()
+    except ControlPlaneError as exc:
+        pytest.fail(f"cannot start the LWS controller: {exc}", pytrace=False)
+    try:
+        yield lws
+    finally:
+        control_plane.stop_lws()

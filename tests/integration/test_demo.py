@@ -58,6 +58,11 @@ def test_make_demo(tmp_path: Path) -> None:
         assert "DynamoGraphDeployment/vllm-agg  [root]" in out
         assert "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg" in out
         assert "the carried stamp is current" in out
+        # The LWS chain is the real controller's (its field manager), not played.
+        assert "StatefulSet/vllm-0     controller: Pod/vllm-0" in out
+        assert "field managers: lws" in out
+        assert "[real  ] LeaderWorkerSet -> leader StatefulSet" in out
+        assert "[played] DynamoGraphDeployment" in out
         state = json.loads((tmp_path / "up" / "state.json").read_text())
         cms = subprocess.run(
             [str(kubectl_path()), "--kubeconfig", state["kubeconfig"], "get", "configmaps",
