@@ -53,6 +53,10 @@ _WHY = {
     Reason.DEPTH_EXCEEDED.value: "the chain is longer than --max-depth hops",
     Reason.CYCLE.value: "the ownerReferences form a cycle",
     Reason.TIMEOUT.value: "the API server did not answer in time",
+    Reason.UNPROVEN.value: "nobody proved that whoever set this controller reference may "
+    "update the owner's finalizers (the provenance rule): the edge is not followed",
+    Reason.UNCHECKED.value: "the provenance check itself failed (SubjectAccessReview error "
+    "or timeout): the edge is not followed",
 }
 
 
@@ -141,7 +145,13 @@ def explain_text(ex: Explanation, keys: Keys, *, colour: bool) -> str:
     else:
         lines.append("  " + paint("the carried stamp differs:", "unresolved", colour=colour))
         lines += [f"    - {clean(d)}" for d in ex.differences]
-        if ex.carried is not None:
+        if ex.carried is not None and ex.carried.rollup == "unproven":
+            lines.append(
+                "    (the webhook or the annotator refused an edge of this chain: who wrote a "
+                "controller reference is known only at admission, so this command cannot "
+                "re-check it; the carried verdict stands, see docs/provenance-guard.md)"
+            )
+        elif ex.carried is not None:
             lines.append(
                 "    (a stale stamp: the owner changed after admission, or the stamp was "
                 "written by hand; the annotator repairs it in an opted-in namespace)"

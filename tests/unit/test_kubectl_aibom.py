@@ -233,3 +233,23 @@ def test_find_matches_digests_repositories_and_tags(query: str, hit: bool) -> No
 )
 def test_options_before_the_subcommand_move_after_it(argv: list[str], expected: list[str]) -> None:
     assert hoist(argv) == expected
+
+
+def test_a_carried_unproven_verdict_is_explained_not_overruled() -> None:
+    # The webhook refused the Pod's edge at admission; read offline, the reference
+    # looks fine, but who wrote it cannot be known after the fact.
+    rs = mk("ReplicaSet", "web-1", mk("Deployment", "web"))
+    pod = mk(
+        "Pod",
+        "forged",
+        rs,
+        annotations={
+            "aibom.dev/rollup": "unproven",
+            "aibom.dev/rollup-reason": "Unproven apps/ReplicaSet/web-1",
+        },
+    )
+    ex = _explain([rs, pod], pod)
+    text = render.explain_text(ex, KEYS, colour=False)
+    assert "aibom.dev/rollup: carries 'unproven'" in text
+    assert "this command cannot re-check it; the carried verdict stands" in text
+    assert "a stale stamp" not in text
