@@ -611,3 +611,25 @@ def test_rotated_certificate_is_served_without_restart(
     # The API server, trusting the same caBundle, still gets stamps.
     assert stamp(apply(kubectl, bare_pod(ns, "after-rotation")))["aibom.dev/rollup"] == "uncovered"
     assert webhook.metric("aibom_webhook_cert_reloads_total", {"result": "ok"}) >= 2
+
+
+# -- owners of kinds the registry does not know (issue 12) -----------------------------------
+
+
+def test_owner_of_an_unknown_kind_is_not_an_edge(
+    kubectl: Kubectl, ns: str, webhook: Webhook
+) -> None:
+    """A chain through a kind outside the registry is never followed, so a forged one
+    (a ConfigMap "controlled" by a graph) carries nothing into that graph's
+    AIBOM: the Pod is `uncovered`, the stamp the uncovered-Pod policy refuses (it was
+    `unresolved Forbidden`, which that policy lets through). The provenance guard
+    checks only registry owners: docs/provenance-guard.md."""
+    graph = apply(kubectl, dgd(ns, "target"))  # no controller acts on it: no other admissions
+    relay = apply(
+        kubectl, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(ns, "relay", graph)}
+    )
+    lookups = webhook.metric("aibom_webhook_owner_lookups_total", {"source": "get"})
+    via = {**bare_pod(ns, "via-relay"), "metadata": meta(ns, "via-relay", relay)}
+    assert stamp(apply(kubectl, via)) == {"aibom.dev/rollup": "uncovered"}
+    # Not even fetched.
+    assert webhook.metric("aibom_webhook_owner_lookups_total", {"source": "get"}) == lookups

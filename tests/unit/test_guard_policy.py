@@ -165,3 +165,14 @@ def test_help_lists_the_policy_command(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "policy" in capsys.readouterr().out
+
+
+def test_kinds_shows_configured_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(RAY_KINDS)
+    assert main(["kinds", "--kinds", str(kinds)]) == 0
+    out = capsys.readouterr().out
+    assert "{group: 'ray.io', kind: RayCluster, resource: rayclustersets}" in out
+    assert "{group: 'ray.io', kind: RayService}" in out
