@@ -91,6 +91,7 @@ class ClusterState:
         # Provenance (issue 12): an edge counts when its namespace is guarded
         # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
         self.binding_exists = False
+        self.trust_all = trust_all
         self.trust = ProofTrust(key=provenance_key, keys=keys or Keys(), guarded=self.guarded)
         self.graph = OwnershipGraph(
             registry, max_depth=max_depth, trust=None if trust_all else self.trust

@@ -294,7 +294,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="follow every controller reference as written, proven or not (the behaviour "
         "before provenance; only for clusters that enforce the rule another way). "
-        "Documents still say whether their namespace is guarded",
+        "Documents then carry no aibom.provenance.guarded property (nothing was checked)",
     )
     configure_signing(p)
     add_core_options(p)

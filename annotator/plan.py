@@ -116,7 +116,10 @@ def plan_root(
     entry = root_entry(graph, key.uid)
     if entry is None:  # not tracked, or not a root: nothing to document
         return RootPlan(key=key, outcome=Outcome.UNMATCHED, ref=ref)
-    view = dataclasses.replace(entry.view, guarded=state.guarded(ref.namespace))
+    # Provenance unchecked (--trust-owner-references): the document says nothing
+    # about it, as an offline scan without a key (and renders as the scan does).
+    guarded = None if state.trust_all else state.guarded(ref.namespace)
+    view = dataclasses.replace(entry.view, guarded=guarded)
     facts = facts_of(view, graph.registry)
     digest = input_hash(facts, tool_version=tool_version)
     name = configmap_name(ref.kind, ref.name)

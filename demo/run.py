@@ -189,7 +189,7 @@ def processes(cluster: Cluster) -> None:
         "webhook",
         ["--cert-file", str(certs / "tls.crt"), "--key-file", str(certs / "tls.key"),
          "--host", "127.0.0.1", "--port", str(WEBHOOK_PORT), "--kubeconfig", cluster.kubeconfig,
-         *auth],
+         "--provenance-key", str(certs / "provenance.key"), *auth],
         cluster,
     )  # fmt: skip
     _wait_http(f"https://127.0.0.1:{WEBHOOK_PORT}/readyz", "the webhook")
@@ -200,7 +200,8 @@ def processes(cluster: Cluster) -> None:
         "annotator",
         ["--kubeconfig", cluster.kubeconfig, "--lease-namespace", "aibom-system",
          "--bind-address", "127.0.0.1", "--metrics-port", str(METRICS_PORT),
-         "--health-port", str(HEALTH_PORT), "--log-format", "text"],
+         "--health-port", str(HEALTH_PORT), "--log-format", "text",
+         "--provenance-key", str(certs / "provenance.key")],
         cluster,
     )  # fmt: skip
     _wait_http(f"http://127.0.0.1:{HEALTH_PORT}/readyz", "the annotator")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -94,8 +95,13 @@ def built(self_signed: Path) -> list[Doc]:
 
 
 @pytest.fixture(scope="module")
-def cert_manager_built() -> list[Doc]:
-    return load_yaml_docs(kustomize(CERT_MANAGER).stdout)
+def cert_manager_built(tmp_path_factory: pytest.TempPathFactory) -> list[Doc]:
+    """The overlay in a copy of manifests/, with the provenance key its comment says to write."""
+    root = tmp_path_factory.mktemp("cm") / "manifests"
+    shutil.copytree(MANIFESTS, root, ignore=shutil.ignore_patterns("tls", "provenance.key"))
+    overlay = root / "overlays" / "cert-manager"
+    (overlay / "provenance.key").write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
+    return load_yaml_docs(kustomize(overlay).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +155,7 @@ def test_root_needs_the_certs_folder_and_says_so(tmp_path: Path) -> None:
 
 def test_root_carries_the_certs_files(self_signed: Path, built: list[Doc]) -> None:
     tls = self_signed / "tls"
-    secret = only(built, "Secret")
+    secret = only(built, "Secret", f"{WEBHOOK}-tls")
     assert secret["metadata"] == {
         "name": f"{WEBHOOK}-tls",
         "namespace": NAMESPACE,
@@ -167,6 +173,17 @@ def test_root_carries_the_certs_files(self_signed: Path, built: list[Doc]) -> No
     }
     # The CA's private key never goes into the cluster.
     assert b"PRIVATE KEY" not in data["ca.crt"]
+    # The edge-proof key (issue 12): certs wrote it, both Deployments mount it.
+    key_secret = only(built, "Secret", "aibom-rollup-provenance-key")
+    assert (
+        base64.b64decode(key_secret["data"]["provenance.key"])
+        == (tls / "provenance.key").read_bytes()
+    )
+    for name in (WEBHOOK, "aibom-rollup-annotator"):
+        volumes = only(built, "Deployment", name)["spec"]["template"]["spec"]["volumes"]
+        assert {"name": "provenance", "secret": {"secretName": "aibom-rollup-provenance-key"}} in (
+            volumes
+        ), name
     # The Deployment mounts that Secret by its fixed name (no hash suffix).
     dep = only(built, "Deployment", WEBHOOK)
     volumes = dep["spec"]["template"]["spec"]["volumes"]
@@ -342,10 +359,19 @@ def test_rbac_is_least_privilege(built: list[Doc]) -> None:
                 (g, r) for g in rule["apiGroups"] for r in rule["resources"]
             }
 
-    # The webhook reads, by name, and nothing else.
+    # The webhook reads, by name, and nothing else; provenance (issue 12) adds
+    # SubjectAccessReviews (create: they read nothing) and two reads.
+    provenance = {
+        ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+        ("", "namespaces"): {"get"},
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"): {"get"},
+    }
     webhook_roles = _identity_roles(built, WEBHOOK)
     assert [r["kind"] for r in webhook_roles] == ["ClusterRole"]
     for res, verbs in rules_by_resource(webhook_roles[0]).items():
+        if res in provenance:
+            assert verbs == provenance[res], f"webhook: {sorted(verbs)} on {res}"
+            continue
         assert verbs <= READ, f"webhook: {sorted(verbs)} on {res}"
         assert res in stamped, f"webhook: reads {res}, which it never walks"
 

@@ -178,3 +178,17 @@ def test_a_new_or_deleted_unproven_object_dirties_the_document_listing_it() -> N
     assert root_key(dep) in dirty.roots
     dirty = st.delete(group_kind_of(late), late)
     assert root_key(dep) in dirty.roots
+
+
+def test_trusting_every_reference_absorbs_the_forgery_and_claims_nothing() -> None:
+    dep = mk("Deployment", "d")
+    rs = mk("ReplicaSet", "d-1", dep)
+    forged = with_image(mk("Pod", "forged", rs), "evil.example/miner:1")
+    st = ClusterState(REG, trust_all=True)
+    st.upsert(NAMESPACE, ns_obj({"aibom.dev/enabled": "true"}))
+    for o in (dep, rs, forged):
+        st.upsert(group_kind_of(o), o)
+    st.bulk = False
+    doc = doc_of(st, dep)
+    assert "evil.example/miner:1" in json.dumps(doc)  # the old rule, on purpose
+    assert "aibom.provenance.guarded" not in props(doc)
