@@ -363,16 +363,17 @@ def test_controller_runs_as_its_service_account_with_its_release_rbac(
     assert {"kind": "ServiceAccount", "name": LWS_SERVICE_ACCOUNT,
             "namespace": LWS_NAMESPACE} in binding["subjects"]  # fmt: skip
 
-    def can(verb: str, resource: str) -> bool:
-        out = kubectl("auth", "can-i", verb, resource, "-n", "default",
+    def can(verb: str, resource: str, *args: str) -> bool:
+        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
                       kubeconfig=lws_controller.kubeconfig, check=False)  # fmt: skip
         return out.stdout.strip() == "yes"
 
     # What the provenance rule asks of a controller reference's author
     # (update on the owner's finalizers), for each kind of owner it sets.
-    for resource in ("leaderworkersets.leaderworkerset.x-k8s.io/finalizers",
-                     "statefulsets.apps/finalizers", "pods/finalizers"):  # fmt: skip
-        assert can("update", resource), resource
+    # (`can-i update pods/finalizers` would ask about a Pod *named* finalizers.)
+    for resource in ("leaderworkersets.leaderworkerset.x-k8s.io", "statefulsets.apps", "pods"):
+        assert can("update", resource, "--subresource=finalizers"), resource
+    assert not can("update", "deployments.apps", "--subresource=finalizers")
     assert not can("create", "clusterrolebindings")
     assert not can("delete", "namespaces")
     assert not can("get", "configmaps")
