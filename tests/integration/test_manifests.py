@@ -236,7 +236,10 @@ def test_root_passes_a_server_side_dry_run(
 
 def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc]) -> None:
     docs = cert_manager_built
-    assert not list(of_kind(docs, "Secret")), "cert-manager writes the Secret, not kustomize"
+    # cert-manager writes the TLS Secret, not kustomize; kustomize only makes the
+    # provenance key's (issue 12: not a certificate).
+    secrets = [d["metadata"]["name"] for d in of_kind(docs, "Secret")]
+    assert secrets == ["aibom-rollup-provenance-key"], secrets
     svc = only(docs, "Service", WEBHOOK)
     ns = svc["metadata"]["namespace"]
     certs = {c["metadata"]["name"]: c for c in of_kind(docs, "Certificate")}
@@ -256,7 +259,7 @@ def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc
         for v in dep["spec"]["template"]["spec"]["volumes"]
         if "secret" in v
     }
-    assert mounted == {spec["secretName"]}
+    assert mounted == {spec["secretName"], "aibom-rollup-provenance-key"}
     # Issued by a CA Issuer whose CA is a Certificate from a self-signed Issuer,
     # so that renewals of the serving certificate keep the caBundle.
     ca_issuer = issuers[spec["issuerRef"]["name"]]
