@@ -50,7 +50,7 @@ from tests.controlplane import ControlPlane, Kubectl, child_env, kubectl_path
 from tests.controlplane.gotools import ensure_tool
 from tools import chart
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.gotools("helm", "promtool")]
 
 Doc = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
