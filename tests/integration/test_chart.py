@@ -542,3 +542,59 @@ def test_promtool_unit_tests_of_the_alerts(promtool: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout + proc.stderr
+
+
+def test_install_then_upgrade_keeps_the_generated_certificate(
+    helm: Helm, control_plane: ControlPlane, kubectl: Kubectl
+) -> None:
+    """A real `helm install` and `helm upgrade` on the API server (no kubelet: the
+    Pods stay Pending, nothing waits for them). `certs.mode=generate` must find
+    its Secret on upgrade (lookup) and keep the CA, so the caBundle does not
+    change under the API server. The opt-in label is one no namespace has, so
+    the installed webhook configuration matches nothing of the other tests."""
+    namespace = f"aibom-chart-{uuid.uuid4().hex[:6]}"
+    release = f"r-{uuid.uuid4().hex[:6]}"
+    common = [
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        "--set",
+        "namespaceSelector.label=aibom-chart-test.example/never",
+    ]
+
+    def tls_state() -> tuple[dict[str, str], set[str]]:
+        secret = yaml.safe_load(
+            kubectl(
+                "get", "secret", "-n", namespace, "aibom-rollup-webhook-tls", "-o", "yaml"
+            ).stdout
+        )
+        mwc = yaml.safe_load(
+            kubectl("get", "mutatingwebhookconfiguration", "aibom-rollup", "-o", "yaml").stdout
+        )
+        return secret["data"], {w["clientConfig"]["caBundle"] for w in mwc["webhooks"]}
+
+    helm.run("install", release, *common, "--create-namespace")
+    try:
+        data, bundles = tls_state()
+        assert bundles == {data["ca.crt"]}
+        helm.run("upgrade", release, *common, "--set", "webhook.replicas=3")
+        after, bundles_after = tls_state()
+        assert after == data, "helm upgrade replaced the serving certificate"
+        assert bundles_after == bundles
+        dep = yaml.safe_load(
+            kubectl("get", "deploy", "-n", namespace, "aibom-rollup-webhook", "-o", "yaml").stdout
+        )
+        assert dep["spec"]["replicas"] == 3
+    finally:
+        helm.run(
+            "uninstall",
+            release,
+            "--namespace",
+            namespace,
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            check=False,
+        )
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
