@@ -73,6 +73,9 @@ SECRET_RECIPES = {
     ),
 }
 COMPONENTS = ("webhook", "annotator")
+# Keys under the default prefix that the code spells out whatever
+# --annotation-prefix says (so annotationPrefix must not rewrite them).
+PREFIX_FIXED = ("aibom.dev/provenance-guard",)
 PLACEHOLDER = "__AIBOM_CHART_PLACEHOLDER__"
 KINDS_PATH = "/etc/aibom-rollup/kinds.yaml"
 
@@ -349,7 +352,12 @@ def _template_string(text: str) -> str:
     out = _NS_RE.sub("{{ .Release.Namespace }}", out)
     out = out.replace(f"{OPT_IN_LABEL}={OPT_IN_VALUE}", f"{_LABEL_EXPR}={_LABEL_VALUE_EXPR}")
     out = out.replace(OPT_IN_LABEL, _LABEL_EXPR)
+    fixed = {f"\0{i}\0": key for i, key in enumerate(PREFIX_FIXED)}
+    for token, key in fixed.items():
+        out = out.replace(key, token)
     out = out.replace(PREFIX, "{{ .Values.annotationPrefix }}")
+    for token, key in fixed.items():
+        out = out.replace(token, key)
     return _Text(out) if out != text else text
 
 
