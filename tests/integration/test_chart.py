@@ -575,14 +575,33 @@ def test_install_then_upgrade_keeps_the_generated_certificate(
         )
         return secret["data"], {w["clientConfig"]["caBundle"] for w in mwc["webhooks"]}
 
+    def secrets() -> dict[str, Any]:
+        """Every Secret the chart made (the TLS pair; issue 12's provenance key once merged)."""
+        listed = yaml.safe_load(
+            kubectl(
+                "get",
+                "secret",
+                "-n",
+                namespace,
+                "-l",
+                "app.kubernetes.io/name=aibom-rollup",
+                "-o",
+                "yaml",
+            ).stdout
+        )
+        return {s["metadata"]["name"]: s["data"] for s in listed["items"]}
+
     helm.run("install", release, *common, "--create-namespace")
     try:
         data, bundles = tls_state()
         assert bundles == {data["ca.crt"]}
+        made = secrets()
+        assert "aibom-rollup-webhook-tls" in made
         helm.run("upgrade", release, *common, "--set", "webhook.replicas=3")
         after, bundles_after = tls_state()
         assert after == data, "helm upgrade replaced the serving certificate"
         assert bundles_after == bundles
+        assert secrets() == made, "helm upgrade replaced a generated Secret"
         dep = yaml.safe_load(
             kubectl("get", "deploy", "-n", namespace, "aibom-rollup-webhook", "-o", "yaml").stdout
         )
