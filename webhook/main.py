@@ -398,9 +398,11 @@ class Server:
 
         def counted(ok: bool) -> None:
             self.metrics.cert_reloads.labels("ok" if ok else "failed").inc()
+            if ok and reloader.not_after is not None:
+                self.metrics.cert_expiry.set(reloader.not_after)
 
         reloader.on_reload = counted
-        self.metrics.cert_reloads.labels("ok").inc()
+        counted(True)
 
     async def start(self) -> None:
         self._runner = web.AppRunner(

@@ -114,6 +114,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.cert_expiry = Gauge(
+            "aibom_webhook_serving_cert_expiry_timestamp_seconds",
+            "notAfter of the serving certificate being served (Unix seconds); "
+            "the CertificateExpiresSoon alert (docs/runbooks.md) compares it with time().",
+            registry=r,
+        )
         self.ready = Gauge(
             "aibom_webhook_ready",
             "1 when the certificate is loaded and the API client answered.",

@@ -23,6 +23,8 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cryptography import x509
+
 log = logging.getLogger("webhook.tls")
 
 DEFAULT_CHECK_INTERVAL = 5.0
@@ -84,6 +86,16 @@ def server_context(
     return ctx
 
 
+def not_after(cert_file: str) -> float | None:
+    """The first certificate's notAfter (Unix seconds), or None if unreadable. Sync."""
+    try:
+        with open(cert_file, "rb") as fh:
+            cert = x509.load_pem_x509_certificate(fh.read())
+    except (OSError, ValueError):
+        return None
+    return cert.not_valid_after_utc.timestamp()
+
+
 class CertReloader:
     """The listening context, and the newest loaded pair behind it."""
 
@@ -103,6 +115,8 @@ class CertReloader:
         self.on_reload = on_reload
         self._seen = self._stats()
         self._current = self._load()  # raises CertError
+        #: notAfter of the pair served now (aibom_webhook_serving_cert_expiry_timestamp_seconds).
+        self.not_after = not_after(cert_file)
         self.generation = 1
         # The context the server listens with: the first pair, and the hook
         # that moves each new handshake onto the newest one.
@@ -140,6 +154,7 @@ class CertReloader:
             return False
         self._seen = stats
         self._current = fresh
+        self.not_after = not_after(self.cert_file)
         self.generation += 1
         log.info(
             "serving a new certificate",

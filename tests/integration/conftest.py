@@ -34,6 +34,7 @@ SIGKILL of pytest), the control plane's processes are stopped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import time
@@ -60,6 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: needs the real control plane (tests/controlplane)"
     )
+    config.addinivalue_line(
+        "markers", "gotools(*names): Go tools (helm, promtool) built before the first test"
+    )
     # SIGTERM (a CI timeout, `kill`) would end pytest without running any
     # teardown; as KeyboardInterrupt, the fixtures stop the control plane.
     # (SIGKILL is covered too: the children get PR_SET_PDEATHSIG=SIGKILL.)
@@ -82,6 +86,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             ensure_lws()
         except Exception as exc:  # reported by the lws_controller fixture
             _LWS_BUILD_ERROR.append(exc)
+    _build_go_tools(session)
+
+
+# Issue 19: helm and promtool (tests/controlplane/gotools.py) for the modules
+# marked `gotools("helm", ...)`, built here for the same reason as the control
+# plane: a cold build takes minutes and must not count against a test's
+# timeout. A failure is not raised here: the module's fixture calls
+# ensure_tool() again and fails with the build error.
+def _build_go_tools(session: pytest.Session) -> None:
+    names: list[str] = []
+    for item in session.items:
+        marker = item.get_closest_marker("gotools")
+        names += [str(n) for n in (marker.args if marker else ()) if n not in names]
+    if names:
+        from tests.controlplane.gotools import ensure_tool
+
+        for name in names:
+            with contextlib.suppress(Exception):
+                ensure_tool(name)
 
 
 @pytest.fixture(scope="session")
