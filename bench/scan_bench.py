@@ -31,8 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process."""
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system) of one child process.
+
+    CPU time is what to compare on a loaded machine: wall time then mostly
+    measures the other jobs.
+    """
     start = time.perf_counter()
     # Run outside the checkout: `python -m` puts the working directory first on
     # sys.path, which would shadow a --baseline PYTHONPATH.
@@ -44,7 +48,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {err}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -55,6 +59,9 @@ def main() -> int:
     ap.add_argument("--roots", type=int, default=2_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="another version's packages, run alternately")
+    ap.add_argument(
+        "--mode", choices=["summary", "documents", "tree"], help="run only this mode (default: all)"
+    )
     args = ap.parse_args()
     versions: dict[str, dict[str, str] | None] = {"": None}
     if args.baseline is not None:
@@ -89,18 +96,26 @@ def main() -> int:
             f"{args.runs} runs each, medians",
             flush=True,
         )
+        picked = {"summary": "scan (summary)", "documents": "scan -o DIR (all documents)",
+                  "tree": "tree -o json"}  # fmt: skip
         for name, cmd in modes.items():
+            if args.mode is not None and name != picked[args.mode]:
+                continue
             walls: dict[str, list[float]] = {v: [] for v in versions}
             rss: dict[str, list[float]] = {v: [] for v in versions}
+            cpus: dict[str, list[float]] = {v: [] for v in versions}
             for _ in range(args.runs):
                 for version, env in versions.items():
-                    w, r = run(cmd, env)
+                    w, r, c = run(cmd, env)
                     walls[version].append(w)
                     rss[version].append(r)
+                    cpus[version].append(c)
             for version in versions:
+                ws, cs = walls[version], cpus[version]
                 print(
-                    f"{version}{name:30s} wall {statistics.median(walls[version]):6.2f} s  "
-                    f"(min {min(walls[version]):.2f}, max {max(walls[version]):.2f})  "
+                    f"{version}{name:30s} wall {statistics.median(ws):6.2f} s  "
+                    f"(min {min(ws):.2f}, max {max(ws):.2f})  "
+                    f"cpu {statistics.median(cs):6.2f} s (min {min(cs):.2f}, max {max(cs):.2f})  "
                     f"peak RSS {statistics.median(rss[version]):6.0f} MiB",
                     flush=True,
                 )
