@@ -226,7 +226,10 @@ def _load_credentials(kubeconfig: str | None, context: str | None) -> Credential
         token_file=token_file,
         verify=bool(cfg.verify_ssl),
         tls_server_name=getattr(cfg, "tls_server_name", None) or None,
-        proxy=getattr(cfg, "proxy", None) or None,
+        # Only the kubeconfig's own `proxy-url` (the library also copies
+        # HTTPS_PROXY into cfg.proxy, ignoring NO_PROXY: the environment is
+        # left to aiohttp's trust_env, which honours NO_PROXY).
+        proxy=str(loader.__dict__.get("proxy") or "") or None,
         tokens=TokenSource(cfg, loader),
     )
 
@@ -438,7 +441,9 @@ class Kube:
                 connector=connector,
                 headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
                 json_serialize=json.dumps,
-                trust_env=not self.creds.proxy,
+                # HTTPS_PROXY / NO_PROXY apply as client-go's ProxyFromEnvironment;
+                # only looked up when set (aiohttp would parse them per request).
+                trust_env=not self.creds.proxy and _proxy_in_env(),
             )
 
     async def close(self) -> None:
@@ -733,6 +738,20 @@ def _raise_on_error_event(path: str, event: Any) -> None:
         f"watch {path}: {status.get('message', status)}",
         status=code,
         retry_after=float(wait) if isinstance(wait, int | float) else None,
+    )
+
+
+def _proxy_in_env() -> bool:
+    return any(
+        os.environ.get(name)
+        for name in (
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        )
     )
 
 

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from aibom_rollup.kube import Kube, _load_credentials
 
 
@@ -85,3 +87,28 @@ def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path)
     assert creds.tokens.fetch() == f"tok-{runs + 1}"
     assert creds.tokens.fetch(force=True) == f"tok-{int(counter.read_text())}"
     assert int(counter.read_text()) > runs + 1
+
+
+async def test_proxy_environment_applies_only_without_proxy_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:6443"}, {"token": "t"})
+    for name in (
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    async with Kube(_load_credentials(str(path), None)) as kube:
+        assert kube._session is not None and not kube._session.trust_env
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    creds = _load_credentials(str(path), None)
+    # The environment's proxy is not pinned on every request (NO_PROXY must apply).
+    assert creds.proxy is None
+    async with Kube(creds) as kube:
+        assert kube._session is not None and kube._session.trust_env
+        assert "proxy" not in kube._conn_opts
