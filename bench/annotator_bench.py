@@ -383,6 +383,12 @@ def rss_kib(pid: int, field: str) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (less sensitive to a loaded machine than wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def requests_of(m: dict[str, float]) -> dict[str, int]:
     prefix = 'aibom_annotator_api_requests_total{verb="'
     return {k[len(prefix) : -2]: int(v) for k, v in m.items() if k.startswith(prefix)}
@@ -453,6 +459,8 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             m = metrics(mport)
             reqs = requests_of(m)
             rss_cold = rss_kib(proc.pid, "VmHWM")
+            cpu_cold = cpu_seconds(proc.pid)
+            signed = sum('"signature":' in text for text in watch.text.values())
             log(f"cold: {cold:.2f} s, requests {reqs}, peak RSS {rss_cold / 1024:.0f} MiB")
 
             # Update latency: one Pod at a time gets a new digest.
@@ -502,6 +510,8 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             "roots": args.roots,
             "pods": len(pods),
             "cold_seconds": round(cold, 2),
+            "cold_cpu_seconds": round(cpu_cold, 2),
+            "signed_documents_after_cold": signed,
             "requests_until_converged": reqs,
             "requests_per_root": round(total / args.roots, 3),
             "peak_rss_mib_after_cold": round(rss_cold / 1024, 1),
