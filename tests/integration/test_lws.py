@@ -326,8 +326,18 @@ def ns(webhook: Webhook, kubectl: Kubectl, namespace: str) -> str:
 
 
 @pytest.fixture
-def annotator(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Annotator]:
-    a = Annotator(annotator_identity, tmp_path, ns, identity="annotator-lws").start()
+def annotator(
+    tmp_path: Path, annotator_identity: Path, ns: str, webhook: Webhook
+) -> Iterator[Annotator]:
+    # As shipped: the annotator checks the webhook's edge proofs with the same key
+    # (the namespace has no provenance guard, so proofs are the only evidence).
+    a = Annotator(
+        annotator_identity,
+        tmp_path,
+        ns,
+        identity="annotator-lws",
+        args=("--provenance-key", str(webhook.dir / "provenance.key")),
+    ).start()
     try:
         a.wait_ready().wait_leading()
         yield a
