@@ -491,6 +491,7 @@ class Controller:
         m.unresolved_roots.clear()
         for (kind, reason), n in sorted(unresolved.items()):
             m.unresolved_roots.labels(kind, reason).set(n)
+        self.report_unproven()
 
     # -- running ----------------------------------------------------------------------------
 

@@ -122,6 +122,9 @@ def fns(fcp: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     wait_for(
         "the default ServiceAccount",
         lambda: fcp.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").ok,
+        # After the previous test restarted kube-apiserver and compacted etcd, the
+        # controller-manager's serviceaccount controller needs a relist first.
+        120,
     )
     yield name
     fcp.request("DELETE", f"/api/v1/namespaces/{name}")
@@ -545,7 +548,7 @@ def test_exec_plugin_tokens_rotate_and_the_old_ones_are_revoked(
         assert a.stop() == 0, a.tail()
 
 
-POLICY = REPO_ROOT / "manifests" / "annotator" / "writes-policy.yaml"
+POLICY = REPO_ROOT / "manifests" / "annotator-policy" / "writes-policy.yaml"
 SA_USER = "system:serviceaccount:aibom-system:aibom-rollup-annotator"
 
 

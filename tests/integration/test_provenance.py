@@ -413,7 +413,10 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
     assert unproven_listed(found["aibom-dynamographdeployment-graph"]) == ["Pod/forged-crd"]
     assert unproven_listed(found["aibom-statefulset-db"]) == ["Pod/forged-intermediate"]
     assert component_props(found["aibom-deployment-web"])["aibom.provenance.guarded"] == "false"
-    assert annotator.metric("aibom_annotator_unproven_edges", {"namespace": ns}) >= 3
+    wait_for(
+        "the unproven-edges gauge",
+        lambda: annotator.metric("aibom_annotator_unproven_edges", {"namespace": ns}) >= 3,
+    )
     assert annotator.metric("aibom_annotator_guard_disabled_namespaces") >= 1
     # Stamp repair agrees with the webhook: no forgery is ever rolled up.
     for what, obj in forged.items():

@@ -28,7 +28,7 @@ Doc = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 # The directories the self-signed root and the cert-manager overlay compose.
-COMPONENTS = ("webhook", "annotator", "provenance")
+COMPONENTS = ("webhook", "annotator", "provenance", "annotator-policy")
 # The kustomize keys components() knows how to build.
 _KNOWN_KEYS = {"apiVersion", "kind", "namespace", "resources"}
 # Kinds kustomize's namespace transformer leaves alone (the built-in

@@ -10,10 +10,11 @@ from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import DEFAULT_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2] / "manifests" / "annotator"
+POLICY = ROOT.parent / "annotator-policy"
 
 
 def test_policy_names_the_shipped_service_account_prefix_and_label() -> None:
-    policy, binding = list(yaml.safe_load_all((ROOT / "writes-policy.yaml").read_text()))
+    policy, binding = list(yaml.safe_load_all((POLICY / "writes-policy.yaml").read_text()))
     rbac = list(yaml.safe_load_all((ROOT / "rbac.yaml").read_text()))
     sa = next(d for d in rbac if d and d["kind"] == "ServiceAccount")["metadata"]
     user = f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
@@ -26,5 +27,6 @@ def test_policy_names_the_shipped_service_account_prefix_and_label() -> None:
         "policyName": policy["metadata"]["name"],
         "validationActions": ["Deny"],
     }
-    kustomization = yaml.safe_load((ROOT / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((POLICY / "kustomization.yaml").read_text())
     assert "writes-policy.yaml" in kustomization["resources"]
+    assert "namespace" not in kustomization  # cluster-scoped: no namespace stamped on it
