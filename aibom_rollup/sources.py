@@ -27,6 +27,7 @@ from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, with_registry
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, metadata
 from aibom_core.rollup import (
+    MANAGED_BY,
     MANAGED_BY_LABEL,
     MANAGED_SELECTOR,
     PackedDocumentError,
@@ -225,7 +226,7 @@ class LiveSource:
             return None
         _check(resp.status, resp.body, f"get configmap {configmap_name(kind, name)}")
         labels = metadata(resp.body).get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != "aibom-rollup":
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
             return None
         return doc_of(resp.body, prefix=self.prefix)
 
@@ -272,7 +273,7 @@ class DumpSource:
             o
             for o in self.dump.objects
             if group_kind_of(o) == CONFIG_MAP
-            and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == "aibom-rollup"
+            and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
         ]
 
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
