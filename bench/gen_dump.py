@@ -18,6 +18,13 @@ pods whose status carries image digests (as a kubelet would report them):
 plus one bare Pod per namespace (uncovered).
 
     python bench/gen_dump.py --roots 2000 --objects 100000 -o /tmp/dump.json
+
+`--shapes` picks the shapes (round robin); the Pods are then spread so the
+dump holds about `--objects` objects, fractional Pods per root included. A
+fleet of small roots (~5 objects each, issue 15):
+
+    python bench/gen_dump.py --roots 20000 --objects 100000 \
+        --shapes deployment,nim,cronjob,lws,dcd -o /tmp/fleet.json
 """
 
 from __future__ import annotations
@@ -285,10 +292,29 @@ def shape(b: Builder, kind: str, name: str, pods: int) -> None:
         raise ValueError(kind)
 
 
-def generate(roots: int, objects: int, namespaces: int = 20) -> Iterator[Obj]:
-    # ~9 non-pod objects per root on average: the rest of the budget is pods.
-    pods = max(1, (objects - roots * 9) // max(1, roots))
+def _non_pods(kind: str) -> int:
+    """Objects other than Pods one root of this shape holds (with one Pod)."""
+    b = Builder("x")
+    shape(b, kind, "x", 1)
+    return sum(1 for o in b.out if o["kind"] != "Pod")
+
+
+def generate(
+    roots: int, objects: int, namespaces: int = 20, shapes: list[str] | None = None
+) -> Iterator[Obj]:
+    """The dump's objects. Without `shapes`: every shape, the same bytes as ever."""
     per_ns = max(1, roots // namespaces)
+    kinds = shapes or SHAPES
+    if shapes is None:
+        # ~9 non-pod objects per root on average: the rest of the budget is pods.
+        share = float(max(1, (objects - roots * 9) // max(1, roots)))
+    else:
+        overhead = sum(_non_pods(k) for k in kinds) / len(kinds)
+        share = max(1.0, objects / max(1, roots) - overhead)
+
+    def pods_of(index: int) -> int:  # a fractional share spread evenly
+        return max(1, int((index + 1) * share) - int(index * share))
+
     for n in range(max(1, roots // per_ns)):
         ns = f"team-{n:02d}"
         yield {
@@ -298,8 +324,9 @@ def generate(roots: int, objects: int, namespaces: int = 20) -> Iterator[Obj]:
         }
         b = Builder(ns)
         for r in range(per_ns):
-            kind = SHAPES[(n * per_ns + r) % len(SHAPES)]
-            shape(b, kind, f"{kind}-{r:04d}", pods)
+            index = n * per_ns + r
+            kind = kinds[index % len(kinds)]
+            shape(b, kind, f"{kind}-{r:04d}", pods_of(index))
         b.pod("debug-shell", None, [_container("busybox:1.36")])
         yield from b.out
 
@@ -311,9 +338,19 @@ def main() -> int:
     ap.add_argument("--roots", type=int, default=2000)
     ap.add_argument("--objects", type=int, default=100_000, help="approximate total")
     ap.add_argument("--namespaces", type=int, default=20)
+    ap.add_argument(
+        "--shapes",
+        help=f"comma-separated shapes, round robin (default: all of {','.join(SHAPES)})",
+    )
     ap.add_argument("-o", "--output", default="-")
     args = ap.parse_args()
-    items = list(generate(args.roots, args.objects, args.namespaces))
+    shapes = None
+    if args.shapes:
+        shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+        unknown = sorted(set(shapes) - set(SHAPES))
+        if unknown or not shapes:
+            ap.error(f"--shapes: unknown {', '.join(unknown) or '(none given)'}")
+    items = list(generate(args.roots, args.objects, args.namespaces, shapes))
     doc = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
     text = json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=True)
     if args.output == "-":

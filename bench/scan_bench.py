@@ -3,6 +3,8 @@
     .venv/bin/python bench/scan_bench.py                 # 100,000 objects, 2,000 roots, 3 runs
     .venv/bin/python bench/scan_bench.py --objects 20000 --roots 400 --runs 5
     .venv/bin/python bench/scan_bench.py --baseline /tmp/base   # before/after, one run
+    .venv/bin/python bench/scan_bench.py --roots 20000 --shapes deployment,nim,cronjob,lws,dcd
+        # a fleet of small roots (~5 objects each, issue 15)
 
 `--baseline DIR`: DIR holds another version's packages (for example
 `git archive <commit> aibom_core aibom_rollup webhook annotator certs | tar -x -C DIR`);
@@ -13,8 +15,9 @@ Generates the dump with bench/gen_dump.py (every ownership shape, pods with
 digests), then runs `aibom-rollup scan` as a separate process, once printing
 the summary and once writing every document (`-o DIR`), and reports the
 median wall time and the peak RSS of each mode. Goal (issue #2): <= 5 s and
-<= 1 GB for 100,000 objects on this 2-core machine. Not a test: numbers go
-to BENCHMARKS.md.
+<= 1 GB for 100,000 objects on this 2-core machine; issue 15: the same for
+100,000 objects in 20,000 small roots. Prints the load average before and
+after. Not a test: numbers go to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -58,6 +65,8 @@ def main() -> int:
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--roots", type=int, default=2_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--namespaces", type=int, default=20)
+    ap.add_argument("--shapes", help="gen_dump.py --shapes (default: every shape)")
     ap.add_argument("--baseline", type=Path, help="another version's packages, run alternately")
     ap.add_argument(
         "--mode", choices=["summary", "documents", "tree"], help="run only this mode (default: all)"
@@ -79,11 +88,15 @@ def main() -> int:
                 str(args.objects),
                 "--roots",
                 str(args.roots),
+                "--namespaces",
+                str(args.namespaces),
+                *(["--shapes", args.shapes] if args.shapes else []),
                 "-o",
                 str(dump),
             ],
             check=True,
         )
+        print(f"load average before: {_load()}", flush=True)
         size = dump.stat().st_size / 2**20
         cli = [sys.executable, "-m", "aibom_rollup"]
         modes = {
@@ -92,7 +105,8 @@ def main() -> int:
             "tree -o json": [*cli, "tree", str(dump), "-o", "json"],
         }
         print(
-            f"dump: {dump.name} {size:.0f} MiB, ~{args.objects} objects, {args.roots} roots; "
+            f"dump: {dump.name} {size:.0f} MiB, ~{args.objects} objects, {args.roots} roots"
+            f"{' (' + args.shapes + ')' if args.shapes else ''}; "
             f"{args.runs} runs each, medians",
             flush=True,
         )
@@ -121,6 +135,7 @@ def main() -> int:
                 )
         docs = list((Path(tmp) / "out").rglob("*.json"))
         print(f"documents written: {len(docs)}")
+        print(f"load average after: {_load()}", flush=True)
     return 0
 
 
