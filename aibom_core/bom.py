@@ -10,7 +10,9 @@ document says has changed. `render` writes CycloneDX 1.6 JSON from them.
 Determinism: nothing here reads the clock or draws randomness. The timestamp
 is the root's `creationTimestamp` (the epoch if absent), the serial number a
 uuid5 of the input hash, every bom-ref derived from content, every list
-sorted, and the JSON written with sorted keys.
+sorted, and the JSON written with sorted keys (by orjson: the bytes the
+stdlib's `json.dumps(sort_keys=True, separators=(",", ":"),
+ensure_ascii=False)` writes, about 20 times faster; a test compares them).
 
 Why render is not cyclonedx-python-lib's serializer: building and
 serialising a typical document through the library costs milliseconds (its
@@ -26,12 +28,13 @@ schema.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from aibom_core.agents import AgentFinding, agents_of
 from aibom_core.digests import observed_digests
@@ -745,15 +748,44 @@ def _image_component(ref: str, img: _Image, links: set[str]) -> Component:
 
 
 def input_hash(facts: Facts, *, tool_version: str | None = None) -> str:
-    """`sha256:<hex>` over the facts, the format version and (when given) the tool version.
+    """`sha256:<hex>` over `canonical_facts`: the facts, the format version and
+    (when given) the tool version.
 
     Pass the same `tool_version` you render with: the document names it, so
     an upgrade must change the hash. `build_document` does.
     """
-    text = f"{FORMAT_VERSION}\n{tool_version or ''}\n{facts!r}"
-    if facts.unproven or facts.guarded is not None:  # out of repr: old hashes stay the same
-        text += f"\n{facts.unproven!r}\n{facts.guarded!r}"
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_facts(facts, tool_version=tool_version)).hexdigest()
+
+
+def canonical_facts(facts: Facts, *, tool_version: str | None = None) -> bytes:
+    """The RFC 8785 (JCS) bytes of `{"facts": ..., "format": ..., "tool": ...}`.
+
+    The facts as JSON: each dataclass an object of its fields by name,
+    tuples and evidence arrays, enums their string values, absent values
+    `null`; keys sorted, no whitespace, UTF-8. Independent of Python's
+    `repr`, so another implementation can recompute the input hash; equal to
+    `aibom_core.jcs.canonicalize` of the same data (a test checks it; the
+    facts hold no numbers, where JCS and orjson would differ).
+    """
+    doc = {"facts": facts, "format": FORMAT_VERSION, "tool": tool_version or ""}
+    try:
+        return orjson.dumps(doc, default=_plain, option=_CANONICAL)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"the facts cannot be written as JSON: {exc}") from None
+
+
+_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+_FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (Facts, RootFacts, Component)}
+
+
+def _plain(value: Any) -> Any:
+    """orjson's fallback: a dataclass as a dict (so its keys sort), evidence as an array."""
+    names = _FIELDS.get(type(value))
+    if names is not None:
+        return {name: getattr(value, name) for name in names}
+    if type(value) is Evidence:
+        return tuple(value)
+    raise TypeError(f"{type(value).__name__} is not part of the facts")
 
 
 def serial_number(digest: str) -> str:
@@ -878,7 +910,10 @@ def render(facts: Facts, *, tool_version: str, digest: str | None = None) -> byt
     already has it (it names the serial number); computed otherwise.
     """
     doc = document_json(facts, tool_version=tool_version, digest=digest)
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:  # a string that is not Unicode (a lone surrogate)
+        raise ValueError(f"the document cannot be written as JSON: {exc}") from None
 
 
 def build_document(view: RootView, registry: KindRegistry, *, tool_version: str) -> Document:

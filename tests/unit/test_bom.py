@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -14,12 +16,16 @@ import yaml
 from cyclonedx.model.bom import Bom
 from cyclonedx.output.json import JsonV1Dot6
 
+from aibom_core import jcs
 from aibom_core.bom import (
     EPOCH,
+    FORMAT_VERSION,
     MAX_POD_EVIDENCE,
     Document,
     RootView,
     build_document,
+    canonical_facts,
+    document_json,
     facts_of,
     input_hash,
     render,
@@ -586,6 +592,63 @@ def test_the_hash_follows_what_is_rendered() -> None:
     assert doc.input_hash == h
     assert parsed(doc)["serialNumber"] == serial_number(h)
     assert build(view(dep), tool_version="0.2.0").json_bytes != doc.json_bytes
+
+
+def _canonical_form(value: Any) -> Any:
+    """The facts as JSON data, written apart from bom.py: dataclasses by field name."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical_form(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_canonical_form(v) for v in value]
+    return str(value) if isinstance(value, str) else value  # an enum: its value
+
+
+HOSTILE = 'q"\\ \x01\x1f\x7f \u2028\u2029 \u00fc \U0001f600 </script>'
+
+
+def _hostile_facts() -> list[Any]:
+    dgd, dcd, dep, pods = _dynamo_chain()
+    main = {"name": "main", "image": "reg.io/vllm/vllm-openai:v0.8.5",
+            "args": ["--model", f"org/m{HOSTILE}"]}  # fmt: skip
+    odd = deployment("odd", containers=[main], annotations={"model.aibom.dev/name": HOSTILE})
+    base = facts_of(view(dgd, owned=(dcd, dep), pods=tuple(pods)), REG)
+    return [
+        base,
+        dataclasses.replace(base, unproven=("Pod/x", f"Pod/{HOSTILE}"), guarded=False),
+        dataclasses.replace(base, guarded=True),
+        facts_of(view(odd, status="unresolved", reason=f"NotFound {HOSTILE}"), REG),
+    ]
+
+
+def test_the_input_hash_is_sha256_over_the_jcs_bytes_of_the_facts() -> None:
+    # Issue 20: over a canonical serialization (RFC 8785), not Python's repr.
+    seen = set()
+    for facts in _hostile_facts():
+        for tool in (TOOL, None):
+            expected = jcs.canonicalize(
+                {"facts": _canonical_form(facts), "format": FORMAT_VERSION, "tool": tool or ""}
+            )
+            assert canonical_facts(facts, tool_version=tool) == expected
+            digest = "sha256:" + hashlib.sha256(expected).hexdigest()
+            assert input_hash(facts, tool_version=tool) == digest
+            seen.add(digest)
+    assert len(seen) == 8  # unproven, guarded and the tool version each change it
+
+
+def test_render_writes_the_bytes_of_the_stdlib_encoder() -> None:
+    # orjson (issue 15) must not change a byte: sorted keys, compact, UTF-8.
+    for facts in _hostile_facts():
+        doc = document_json(facts, tool_version=TOOL)
+        stdlib = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert render(facts, tool_version=TOOL) == stdlib.encode()
+
+
+def test_a_string_that_is_not_unicode_is_a_value_error() -> None:
+    facts = facts_of(view(deployment("bad\ud800")), REG)
+    with pytest.raises(ValueError, match="cannot be written as JSON"):
+        render(facts, tool_version=TOOL)
+    with pytest.raises(ValueError, match="cannot be written as JSON"):
+        input_hash(facts, tool_version=TOOL)
 
 
 @pytest.mark.parametrize(
