@@ -28,8 +28,10 @@ schema.
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
@@ -37,14 +39,21 @@ from typing import Any
 import orjson
 
 from aibom_core.agents import AgentFinding, agents_of
-from aibom_core.digests import observed_digests
+from aibom_core.digests import observed_digests, status_signature
 from aibom_core.evidence import Confidence, Evidence, Source, locator, strongest
 from aibom_core.images import HASH_ALGORITHMS, canonical, oci_purl, parse_image, valid_digest
 from aibom_core.kinds import KindRegistry, group_kind_of
 from aibom_core.models import ModelFinding, hf_purl, models_of, origin_of
 from aibom_core.objects import Obj, metadata, name_of
 from aibom_core.runtime import SERVING, RuntimeFinding, runtimes_of
-from aibom_core.scrape import Container, Volume, pod_signature, scrape, subject_of
+from aibom_core.scrape import (
+    Container,
+    Volume,
+    object_signature,
+    pod_signature,
+    scrape,
+    subject_of,
+)
 
 # Bumped whenever the same facts would render differently: part of the hash,
 # so an upgrade that changes the format re-renders every document.
@@ -364,8 +373,8 @@ class _Builder:
             elif vol.mount_path is None and not models:
                 img.unresolved_links.add(dref)  # operator-mounted storage of no named model
 
-    def pod_digests(self, pod: Obj) -> None:
-        subject = ""
+    def pod_digests(self, pod: Obj, subject: str = "") -> None:
+        """The digests the pod's status reports; `subject`: the pod's (default `subject_of`)."""
         for seen in observed_digests(pod):
             img = self.image(canonical(seen.image))
             if not seen.valid:
@@ -491,45 +500,213 @@ def _pod_key(pod: Obj) -> tuple[str, str]:
     return (str(meta.get("name") or ""), str(meta.get("uid") or ""))
 
 
-def facts_of(view: RootView, registry: KindRegistry) -> Facts:
-    """Everything the root's document will say, merged and sorted. Pure and cheap."""
+def facts_of(view: RootView, registry: KindRegistry, *, cache: FactsCache | None = None) -> Facts:
+    """Everything the root's document will say, merged and sorted. Pure and cheap.
+
+    `cache`: one `FactsCache` shared by many roots (the offline scan), so
+    roots whose objects say the same things under other names are read once.
+    The facts are the same with or without it.
+    """
     root = _root_facts(view)
     owned_objs = sorted(
         (o for o in view.owned if isinstance(o, dict) and registry.is_tracked(group_kind_of(o))),
         key=lambda o: (str(o.get("kind") or ""), name_of(o)),
     )
     pods = sorted((p for p in view.pods if isinstance(p, dict)), key=_pod_key)
+    objs = [view.root, *owned_objs]
+    body = cache.body(objs, pods) if cache is not None else None
+    if body is None:
+        body = _body(objs, pods)
+    return Facts(
+        root=root,
+        owned=tuple(f"{o.get('kind')}/{name_of(o)}" for o in owned_objs),
+        components=body.components,
+        root_depends_on=body.root_depends_on,
+        images=body.images,
+        digests=body.digests,
+        models=body.models,
+        unproven=tuple(sorted(view.unproven, key=lambda kn: tuple(kn.split("/", 1)))),
+        guarded=view.guarded,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """The facts the objects' contents make (all but the root's identity and lists)."""
+
+    components: tuple[Component, ...]
+    root_depends_on: tuple[str, ...]
+    images: tuple[str, ...]
+    digests: tuple[str, ...]
+    models: tuple[str, ...]
+
+
+def _body(objs: list[Any], pods: list[Obj], subjects: Sequence[str] = ()) -> _Body:
+    """Read the objects, then the pods, in this order. `subjects`: one per object
+    and pod, what their locators name them (default: `subject_of` each)."""
     builder = _Builder()
-    for obj in [view.root, *owned_objs]:
-        for c in scrape(obj):
+    for i, obj in enumerate(objs):
+        for c in scrape(obj, subject=subjects[i] if subjects else None):
             builder.container(c)
+    first_pod = len(objs)
     signatures: list[list[Any]] = []  # few: one per distinct pod template, compared deeply
-    for pod in pods:
+    for j, pod in enumerate(pods):
         signature = pod_signature(pod)
         if signature in signatures:
             continue  # an earlier pod said all this; only its status differs
         signatures.append(signature)
-        for c in scrape(pod):
+        for c in scrape(pod, subject=subjects[first_pod + j] if subjects else None):
             builder.container(c)
-    for pod in pods:
-        builder.pod_digests(pod)
+    for j, pod in enumerate(pods):
+        builder.pod_digests(pod, subjects[first_pod + j] if subjects else "")
     components = _finish(builder)
-    images = tuple(sorted(builder.images))
-    digests = tuple(sorted({d for img in builder.images.values() for d in img.digests}))
     models = tuple(sorted({c.name for c in components if c.type == "machine-learning-model"
                            and c.confidence is not Confidence.UNRESOLVED}))  # fmt: skip
-    return Facts(
-        root=root,
-        owned=tuple(f"{o.get('kind')}/{name_of(o)}" for o in owned_objs),
+    return _Body(
         components=components,
         root_depends_on=tuple(
             sorted({f"image:{ref}" for ref in builder.images} | builder.root_links)
         ),
-        images=images,
-        digests=digests,
+        images=tuple(sorted(builder.images)),
+        digests=tuple(sorted({d for img in builder.images.values() for d in img.digests})),
         models=models,
-        unproven=tuple(sorted(view.unproven, key=lambda kn: tuple(kn.split("/", 1)))),
-        guarded=view.guarded,
+    )
+
+
+# Roots with more objects than this are read directly: they are few, and
+# their key would cost more than it saves.
+MAX_CACHED_OBJECTS = 32
+_STAND_IN = "\x00"  # + one character: the stand-in for one object's name while its facts are read
+_MISSING = object()
+
+
+class FactsCache:
+    """Facts of roots that say the same things under other names, read once.
+
+    A fleet runs the same few templates under thousands of names: one
+    Deployment, its ReplicaSet and a few Pods per root, five shapes. A
+    root's facts depend on its objects' names only through the evidence
+    locators (`<Kind>/<name>#<pointer>`), so the cache keys a root on what
+    is read from each object (`object_signature`, and for a Pod
+    `pod_signature` and `status_signature`), in the order
+    `facts_of` reads them, and on how the objects' names sort. It reads
+    such a root once with stand-in names that sort alike and gives every
+    other root the same facts under its own names: same order, same bytes
+    (a test compares every root of the benchmark dumps with `facts_of`
+    without a cache).
+
+    Not cached (read directly, as without a cache): roots of more than
+    `MAX_CACHED_OBJECTS` objects, names with `#` (locators would no longer
+    sort by name alone), values that cannot be serialized exactly, and
+    facts that carry a name elsewhere than in a locator (a container
+    without an image: its bom-ref is its locator). Keeps at most
+    `max_entries` distinct roots. Not thread-safe; one per scan.
+    """
+
+    def __init__(self, *, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._bodies: dict[bytes, _Body | None] = {}
+
+    def body(self, objs: list[Any], pods: list[Obj]) -> _Body | None:
+        """The facts of these objects (read once per key); None: read them directly."""
+        if len(objs) + len(pods) > MAX_CACHED_OBJECTS or not isinstance(objs[0], dict):
+            return None
+        subjects = [subject_of(o) for o in objs] + [subject_of(p) for p in pods]
+        # Locators `<subject>#<pointer>` of two objects sort as `<subject>#` does.
+        names = sorted(set(subjects), key=lambda s: s + "#")
+        if any("#" in name for name in names):
+            return None
+        rank = {name: i for i, name in enumerate(names)}
+        try:
+            key = pickle.dumps(
+                (
+                    [rank[s] for s in subjects],
+                    [object_signature(o) for o in objs],
+                    [
+                        (p.get("apiVersion"), p.get("kind"), pod_signature(p), status_signature(p))
+                        for p in pods
+                    ],
+                ),
+                protocol=5,
+            )
+        except (pickle.PicklingError, TypeError, ValueError, AttributeError, RecursionError):
+            return None  # not plain data: read directly
+        found = self._bodies.get(key, _MISSING)
+        if found is _MISSING:
+            self.misses += 1
+            stand_ins = [_STAND_IN + chr(0x100 + rank[s]) for s in subjects]
+            body: _Body | None = _body(objs, pods, stand_ins)
+            if body is not None and not _names_only_in_locators(body):
+                body = None
+            if len(self._bodies) < self.max_entries:
+                self._bodies[key] = body
+        else:
+            self.hits += 1
+            body = found if isinstance(found, _Body) else None
+        return _named(body, names) if body is not None else None
+
+
+def _names_only_in_locators(body: _Body) -> bool:
+    """Every stand-in opens a locator, and nothing else holds one."""
+    for c in body.components:
+        if any(e.locator[:1] != _STAND_IN for e in c.evidence):
+            return False
+        for name, value in c.properties:
+            is_locator = name.startswith(P_EVIDENCE)
+            if _STAND_IN in name or (value[:1] == _STAND_IN) != is_locator:
+                return False
+            if not is_locator and _STAND_IN in value:
+                return False
+        texts = (c.bom_ref, c.type, c.name, c.version or "", c.purl or "", *c.hashes,
+                 *c.depends_on)  # fmt: skip
+        if any(_STAND_IN in t for t in texts):
+            return False
+    texts = (*body.root_depends_on, *body.images, *body.digests, *body.models)
+    return not any(_STAND_IN in t for t in texts)
+
+
+_evidence = tuple.__new__  # an Evidence from a pair, without the Python-level __new__
+
+
+def _named(body: _Body, names: list[str]) -> _Body:
+    """The body with each stand-in replaced by the name it stands for."""
+    components = []
+    for c in body.components:
+        if not c.evidence:
+            components.append(c)
+            continue
+        evidence = tuple(
+            [_evidence(Evidence, (source, names[ord(loc[1]) - 0x100] + loc[2:]))
+             for source, loc in c.evidence]
+        )  # fmt: skip
+        properties = tuple(
+            [
+                (n, names[ord(v[1]) - 0x100] + v[2:]) if n.startswith(P_EVIDENCE) else (n, v)
+                for n, v in c.properties
+            ]
+        )
+        components.append(
+            Component(
+                bom_ref=c.bom_ref,
+                type=c.type,
+                name=c.name,
+                version=c.version,
+                purl=c.purl,
+                hashes=c.hashes,
+                confidence=c.confidence,
+                evidence=evidence,
+                properties=properties,
+                depends_on=c.depends_on,
+            )
+        )
+    return _Body(
+        components=tuple(components),
+        root_depends_on=body.root_depends_on,
+        images=body.images,
+        digests=body.digests,
+        models=body.models,
     )
 
 

@@ -102,3 +102,28 @@ def observed_digests(pod: Any) -> tuple[ObservedDigest, ...]:
                 )
             )
     return tuple(out)
+
+
+def status_signature(pod: Any) -> list[Any] | None:
+    """Everything `observed_digests` reads from a pod's status, as raw values.
+
+    Of each container status, its `name`, `image` and `imageID` (the rest,
+    restart counts, states, timestamps, differs from pod to pod and says
+    nothing here). With the spec's container names and images (in
+    `aibom_core.scrape.pod_signature`), equal signatures mean equal digests.
+    """
+    status = pod.get("status") if isinstance(pod, dict) else None
+    if not isinstance(status, dict):
+        return None
+    out: list[Any] = []
+    for _, status_key in _LISTS:
+        statuses = status.get(status_key)
+        if not isinstance(statuses, list):
+            out.append(None)
+            continue
+        seen = [
+            (st.get("name"), st.get("image"), st.get("imageID")) if isinstance(st, dict) else None
+            for st in statuses
+        ]
+        out.append(seen)
+    return out

@@ -991,19 +991,46 @@ def pod_signature(pod: Obj) -> list[Any]:
     return parts
 
 
+def object_signature(obj: Obj) -> tuple[Any, ...]:
+    """Everything `scrape` reads from an object, minus the object's identity.
+
+    `scrape` reads an object's `apiVersion` and `kind` (which scraper), its
+    model annotations, its `spec` and, of its status, only `status.model.name`
+    (a NIMService's served model); its name only makes the subject. Two
+    objects with equal signatures yield the same containers but for the
+    subject. For a Pod, `pod_signature` is the finer key (it leaves out the
+    per-pod volumes). Holds raw values: compare with `==`, or serialize.
+    """
+    ann = annotations_of(obj)
+    status = obj.get("status")
+    model = status.get("model") if isinstance(status, dict) else None
+    return (
+        obj.get("apiVersion"),
+        obj.get("kind"),
+        ann.get(MODEL_NAME_ANNOTATION),
+        ann.get(MODEL_REVISION_ANNOTATION),
+        obj.get("spec"),
+        model.get("name") if isinstance(model, dict) else None,
+    )
+
+
 def subject_of(obj: Obj) -> str:
     """`<Kind>/<name>`, the object part of every locator."""
     return f"{_str(obj.get('kind')) or 'Object'}/{name_of(obj)}"
 
 
-def scrape(obj: Any) -> tuple[Container, ...]:
-    """Every container one object declares, with its hints. Never raises on odd input."""
+def scrape(obj: Any, *, subject: str | None = None) -> tuple[Container, ...]:
+    """Every container one object declares, with its hints. Never raises on odd input.
+
+    `subject`: what the containers' locators name the object as (default
+    `subject_of(obj)`); the document's fact cache passes a stand-in.
+    """
     if not isinstance(obj, dict):
         return ()
     kind = _str(obj.get("kind"))
     group = _str(obj.get("apiVersion")).rpartition("/")[0]
     ctx = _Ctx(
-        subject=subject_of(obj),
+        subject=subject_of(obj) if subject is None else subject,
         in_pod=(group, kind) == ("", "Pod"),
         all_models=_annotation_models(annotations_of(obj), "/metadata/annotations"),
     )
@@ -1020,6 +1047,7 @@ __all__ = [
     "RuntimeDecl",
     "Volume",
     "nim_image",
+    "object_signature",
     "pod_signature",
     "scrape",
     "subject_of",
