@@ -467,11 +467,18 @@ def _timestamp(value: Any) -> str:
     """The root's creationTimestamp as RFC 3339 UTC; the epoch when absent or malformed."""
     if not isinstance(value, str) or not _TIMESTAMP.fullmatch(value):
         return EPOCH
+    if len(value) == 20:  # `...Z` in seconds, as the API server writes it: kept if valid
+        try:
+            datetime.fromisoformat(value[:19])
+        except ValueError:
+            return EPOCH
+        return value
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    except (ValueError, OverflowError):  # year 1 at +02:00 is before year 1 in UTC
         return EPOCH
-    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Not strftime: its %Y drops a year's leading zeros (`999-...` is no RFC 3339 date).
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
 def _root_facts(view: RootView) -> RootFacts:
@@ -966,7 +973,13 @@ def _plain(value: Any) -> Any:
 
 
 def serial_number(digest: str) -> str:
-    return f"urn:uuid:{uuid.uuid5(_SERIAL_NAMESPACE, digest)}"
+    """`urn:uuid:` + uuid5 of the digest (RFC 4122 §4.3, written without `uuid.UUID`)."""
+    raw = hashlib.sha1(_SERIAL_NAMESPACE.bytes + digest.encode(), usedforsecurity=False).digest()
+    b = bytearray(raw[:16])
+    b[6] = (b[6] & 0x0F) | 0x50  # version 5
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = b.hex()
+    return f"urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _evidence_json(c: Component) -> dict[str, Any]:

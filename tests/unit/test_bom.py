@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -643,6 +644,12 @@ def test_render_writes_the_bytes_of_the_stdlib_encoder() -> None:
         assert render(facts, tool_version=TOOL) == stdlib.encode()
 
 
+def test_serial_number_is_the_uuid5_of_the_hash() -> None:
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "https://aibom.dev/aibom-rollup/serial")
+    for digest in (D1, D2, "sha256:" + "f" * 64, "", "\u00fc\U0001f600"):
+        assert serial_number(digest) == f"urn:uuid:{uuid.uuid5(namespace, digest)}"
+
+
 def test_a_string_that_is_not_unicode_is_a_value_error() -> None:
     facts = facts_of(view(deployment("bad\ud800")), REG)
     with pytest.raises(ValueError, match="cannot be written as JSON"):
@@ -658,6 +665,12 @@ def test_a_string_that_is_not_unicode_is_a_value_error() -> None:
         ("2026-10-01T14:00:00+02:00", "2026-10-01T12:00:00Z"),
         ("2026-10-01T12:00:00.123Z", "2026-10-01T12:00:00Z"),
         ("2026-13-01T12:00:00Z", EPOCH),
+        ("2024-02-29T23:59:59Z", "2024-02-29T23:59:59Z"),
+        ("2023-02-29T12:00:00Z", EPOCH),
+        ("2026-10-01T24:00:00Z", EPOCH),
+        ("0999-10-01T12:00:00Z", "0999-10-01T12:00:00Z"),
+        ("0999-10-01T14:00:00.5+02:00", "0999-10-01T12:00:00Z"),
+        ("0001-01-01T00:00:00+02:00", EPOCH),
         ("yesterday", EPOCH),
         (None, EPOCH),
         (12, EPOCH),
