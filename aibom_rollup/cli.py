@@ -17,9 +17,9 @@ Exit codes: 0 success, 1 runtime failure, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
-import json
 import os
 import sys
 import tempfile
@@ -28,7 +28,9 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
-from aibom_core.bom import Facts, facts_of, input_hash, render
+import orjson
+
+from aibom_core.bom import Facts, FactsCache, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.guard import (
@@ -223,6 +225,83 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+class _Documents:
+    """`DIR/<namespace>/<name>` files, each replaced atomically, in few system calls.
+
+    A reader sees the old document or the new one, never part of one: each
+    is written to a hidden temporary file beside it (`.<name>.<pid>-<n>.tmp`,
+    mode 0600) and renamed over it; nothing is left behind on an error. Per
+    document: open, write, close and rename, relative to the namespace's
+    directory, which is opened once per namespace (the roots come sorted by
+    namespace). Like before, nothing waits for the disk (no fsync).
+    """
+
+    _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._namespace: str | None = None
+        self._fd = -1
+        self._tag = str(os.getpid())
+
+    def __enter__(self) -> _Documents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._namespace = -1, None
+
+    def _dir(self, namespace: str) -> int:
+        if namespace != self._namespace:
+            self.close()
+            path = self.root / namespace
+            path.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._namespace = namespace
+        return self._fd
+
+    def write(self, namespace: str, name: str, data: bytes) -> None:
+        dir_fd = self._dir(namespace)
+        attempt = 0
+        while True:
+            tmp = f".{name}.{self._tag}-{attempt}.tmp"
+            try:
+                fd = os.open(tmp, self._CREATE, 0o600, dir_fd=dir_fd)
+                break
+            except FileExistsError:  # left behind by a killed run that had our pid
+                attempt += 1
+                if attempt > 100:
+                    raise
+        try:
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+
+
+def _file_name(entry: RootEntry, out_dir: Path) -> tuple[str, str]:
+    """The namespace directory and file name of a root's document, each one path part."""
+    name = f"{entry.configmap_name}.json"
+    for part in (entry.ref.namespace, name):
+        if part in ("", ".", "..") or "/" in part or "\x00" in part:
+            raise UsageError(
+                f"{entry.ref.namespace}/{entry.ref.kind}/{entry.ref.name}: the namespace or "
+                f"name cannot be a file name under {out_dir}"
+            )
+    return entry.ref.namespace, name
+
+
 def _summary(entry: RootEntry, facts: Facts, digest: str) -> dict[str, Any]:
     return {
         "namespace": entry.ref.namespace,
@@ -242,31 +321,42 @@ def _summary(entry: RootEntry, facts: Facts, digest: str) -> dict[str, Any]:
     }
 
 
+def _print_json(data: Any, out: TextIO) -> None:
+    """Indented JSON (orjson: ~40x the stdlib encoder), UTF-8, one trailing newline."""
+    text = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    buffer = getattr(out, "buffer", None)
+    if buffer is not None:  # bytes as they are, whatever the terminal's encoding
+        out.flush()
+        buffer.write(text)
+    else:
+        out.write(text.decode())
+
+
 def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     dump = read_dump(args.inputs)
     graph = _graph(args, dump)
     registry = graph.registry
     version = tool_version()
-    summaries = []
-    written = 0
-    out_dir = Path(args.output) if args.output else None
-    for entry in inventory(graph, namespaces=_namespaces(args, dump)):
-        facts = facts_of(entry.view, registry)
-        digest = input_hash(facts, tool_version=version)
-        if out_dir is not None:
-            target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"
+    cache = FactsCache()  # a fleet's roots repeat a few templates: read each once
+    roots = inventory(graph, namespaces=_namespaces(args, dump))
+    if not args.output:  # the summary needs the facts, not the rendered document
+        summaries = []
+        for entry in roots:
+            facts = facts_of(entry.view, registry, cache=cache)
+            summaries.append(_summary(entry, facts, input_hash(facts, tool_version=version)))
+        _print_json({"roots": summaries}, out)
+        return 0
+    out_dir = Path(args.output)
+    with _Documents(out_dir) as documents:
+        for entry in roots:
+            namespace, name = _file_name(entry, out_dir)
+            facts = facts_of(entry.view, registry, cache=cache)
+            digest = input_hash(facts, tool_version=version)
             try:
-                _write_atomic(target, render(facts, tool_version=version, digest=digest))
+                documents.write(namespace, name, render(facts, tool_version=version, digest=digest))
             except OSError as exc:
-                raise UsageError(f"{target}: {exc.strerror or exc}") from None
-            written += 1
-        else:  # the summary needs the facts, not the rendered document
-            summaries.append(_summary(entry, facts, digest))
-    if out_dir is not None:
-        print(f"wrote {written} AIBOM document(s) under {out_dir}", file=sys.stderr)
-    else:
-        json.dump({"roots": summaries}, out, indent=2, sort_keys=False)
-        out.write("\n")
+                raise UsageError(f"{out_dir / namespace / name}: {exc.strerror or exc}") from None
+    print(f"wrote {len(roots)} AIBOM document(s) under {out_dir}", file=sys.stderr)
     return 0
 
 
@@ -340,8 +430,7 @@ def cmd_tree(args: argparse.Namespace, out: TextIO) -> int:
     results = graph.resolve_all()
     if args.output_format == "json":
         records = [_record(graph, k, keys, results) for _, rows in _forest(graph) for _, k in rows]
-        json.dump(records, out, indent=2)
-        out.write("\n")
+        _print_json(records, out)
         return 0
     for ns, rows in _forest(graph):
         out.write(f"namespace {ns}\n")

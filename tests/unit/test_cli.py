@@ -240,3 +240,106 @@ def test_scan_from_stdin(
     monkeypatch.setattr(sys, "stdin", fake)
     assert main(["scan", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["roots"]
+
+
+# -- scan at fleet scale (issue 15): same documents, written atomically ---------
+
+
+def _fleet(tmp_path: Path) -> tuple[Path, list[Obj]]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_dump", Path(__file__).resolve().parents[2] / "bench" / "gen_dump.py"
+    )
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    shapes = ["deployment", "nim", "cronjob", "lws", "dcd"]
+    objs: list[Obj] = list(gen.generate(60, 300, 3, shapes))
+    return _write(tmp_path / "fleet.json", objs), objs
+
+
+def test_scan_writes_the_core_documents_and_nothing_else(tmp_path: Path) -> None:
+    from aibom_core.bom import facts_of, input_hash, render
+    from aibom_core.graph import build_graph
+    from aibom_core.kinds import default_registry
+    from aibom_core.rollup import inventory
+    from aibom_rollup.cli import tool_version
+
+    dump, objs = _fleet(tmp_path)
+    out = tmp_path / "out"
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    first = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # Each root's document as the core writes it alone (no cache shared between roots).
+    reg = default_registry()
+    expected = {}
+    for entry in inventory(build_graph([o for o in objs if o["kind"] != "Namespace"], reg)):
+        facts = facts_of(entry.view, reg)
+        digest = input_hash(facts, tool_version=tool_version())
+        path = Path(entry.ref.namespace) / f"{entry.configmap_name}.json"
+        expected[path] = render(facts, tool_version=tool_version(), digest=digest)
+    assert len(expected) == 60
+    assert first == expected  # no temporary file left either
+    # Again over the documents: replaced in place, same bytes.
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == first
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name"), [("..", "web"), ("ns", "a/b"), ("ns/x", "web"), (".", "web")]
+)
+def test_scan_refuses_a_root_whose_names_are_not_file_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], namespace: str, name: str
+) -> None:
+    # A dump can hold any string; the documents stay under DIR.
+    out = tmp_path / "a" / "out"
+    dump = _write(tmp_path / "d.json", [mk("Deployment", name, ns=namespace)])
+    assert main(["scan", str(dump), "-o", str(out)]) == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert "cannot be a file name under" in error
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [dump]
+
+
+def test_scan_write_failure_is_one_line_and_leaves_no_temporary_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    dump = _write(tmp_path / "d.json", _objs())
+    out = tmp_path / "out"
+    monkeypatch.setattr(os, "rename", full)
+    assert main(["scan", str(dump), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "aibom-dynamographdeployment-g.json: No space left on device" in err
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_scan_steps_over_a_temporary_file_a_killed_run_left(tmp_path: Path) -> None:
+    import os
+
+    dump = _write(tmp_path / "d.json", _objs())
+    out = tmp_path / "out"
+    stale = out / "ns" / f".aibom-dynamographdeployment-g.json.{os.getpid()}-0.tmp"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"half a document")
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert json.loads((out / "ns" / "aibom-dynamographdeployment-g.json").read_bytes())
+    assert stale.read_bytes() == b"half a document"  # not ours to remove
+
+
+def test_scan_summary_is_indented_utf8_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dep = mk("Deployment", "web", annotations={"model.aibom.dev/name": "org/mödel-ü"})
+    dep["spec"] = {"template": {"spec": {"containers": [{"name": "m", "image": "reg.io/a:1"}]}}}
+    dump = _write(tmp_path / "d.json", [dep, *_objs()])
+    assert main(["scan", str(dump)]) == 0
+    out = capsys.readouterr().out
+    assert "org/mödel-ü" in out  # UTF-8, not \u escapes
+    data = json.loads(out)
+    assert [r["models"] for r in data["roots"] if r["name"] == "web"] == [["org/mödel-ü"]]
+    assert out == json.dumps(data, indent=2, ensure_ascii=False) + "\n"
