@@ -67,6 +67,12 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--namespaces", type=int, default=20)
     ap.add_argument("--shapes", help="gen_dump.py --shapes (default: every shape)")
+    ap.add_argument(
+        "--keep-output",
+        action="store_true",
+        help="every -o run into the same DIR, over the documents of the run before "
+        "(a re-scan; default: a new DIR each run, the first scan)",
+    )
     ap.add_argument("--baseline", type=Path, help="another version's packages, run alternately")
     ap.add_argument(
         "--mode", choices=["summary", "documents", "tree"], help="run only this mode (default: all)"
@@ -98,10 +104,11 @@ def main() -> int:
         )
         print(f"load average before: {_load()}", flush=True)
         size = dump.stat().st_size / 2**20
+        out = Path(tmp) / "out"
         cli = [sys.executable, "-m", "aibom_rollup"]
         modes = {
             "scan (summary)": [*cli, "scan", str(dump)],
-            "scan -o DIR (all documents)": [*cli, "scan", str(dump), "-o", str(Path(tmp) / "out")],
+            "scan -o DIR (all documents)": [*cli, "scan", str(dump), "-o", str(out)],
             "tree -o json": [*cli, "tree", str(dump), "-o", "json"],
         }
         print(
@@ -118,9 +125,16 @@ def main() -> int:
             walls: dict[str, list[float]] = {v: [] for v in versions}
             rss: dict[str, list[float]] = {v: [] for v in versions}
             cpus: dict[str, list[float]] = {v: [] for v in versions}
-            for _ in range(args.runs):
+            for i in range(args.runs):
                 for version, env in versions.items():
-                    w, r, c = run(cmd, env)
+                    argv = cmd
+                    if cmd[-1] == str(out) and not args.keep_output:
+                        # Every run writes a new DIR (the first scan of a cluster), not
+                        # over the run before's. Nothing is deleted until the end: on
+                        # ext4, freshly freed inodes make new files slower to create.
+                        fresh = out.with_name(f"out-{version.strip() or 'this'}-{i}")
+                        argv = [*cmd[:-1], str(fresh)]
+                    w, r, c = run(argv, env)
                     walls[version].append(w)
                     rss[version].append(r)
                     cpus[version].append(c)
@@ -133,8 +147,8 @@ def main() -> int:
                     f"peak RSS {statistics.median(rss[version]):6.0f} MiB",
                     flush=True,
                 )
-        docs = list((Path(tmp) / "out").rglob("*.json"))
-        print(f"documents written: {len(docs)}")
+        docs = list(Path(tmp).glob("out*/*/*.json"))
+        print(f"documents written (all runs): {len(docs)}")
         print(f"load average after: {_load()}", flush=True)
     return 0
 

@@ -343,3 +343,44 @@ def test_scan_summary_is_indented_utf8_json(
     data = json.loads(out)
     assert [r["models"] for r in data["roots"] if r["name"] == "web"] == [["org/mödel-ü"]]
     assert out == json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_scan_into_its_last_dir_rewrites_only_what_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objs = [*_objs(), mk("Deployment", "web", ns="other")]
+    dump = _write(tmp_path / "d.json", objs)
+    out = tmp_path / "out"
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    graph_doc = out / "ns" / "aibom-dynamographdeployment-g.json"
+    web_doc = out / "other" / "aibom-deployment-web.json"
+    before = {p: p.stat() for p in (graph_doc, web_doc)}
+    assert "wrote 2 AIBOM document(s)" in capsys.readouterr().err
+    objs[-1]["metadata"]["creationTimestamp"] = "2026-11-01T00:00:00Z"  # web's document changes
+    _write(dump, objs)
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert "wrote 1 AIBOM document(s) under" in (err := capsys.readouterr().err)
+    assert "(1 more unchanged)" in err
+    after = {p: p.stat() for p in (graph_doc, web_doc)}
+    assert (after[graph_doc].st_ino, after[graph_doc].st_mtime_ns) == (
+        before[graph_doc].st_ino,
+        before[graph_doc].st_mtime_ns,
+    )
+    assert after[web_doc].st_ino != before[web_doc].st_ino
+    assert json.loads(web_doc.read_bytes())["metadata"]["timestamp"] == "2026-11-01T00:00:00Z"
+
+
+def test_scan_replaces_a_link_at_a_document_path_never_its_target(tmp_path: Path) -> None:
+    dump = _write(tmp_path / "d.json", _objs())
+    out = tmp_path / "out"
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    doc = out / "ns" / "aibom-dynamographdeployment-g.json"
+    data = doc.read_bytes()
+    target = tmp_path / "elsewhere.json"
+    target.write_bytes(data)  # the same bytes: still not "unchanged", it is not our file
+    doc.unlink()
+    doc.symlink_to(target)
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert not doc.is_symlink()
+    assert doc.read_bytes() == data
+    assert target.read_bytes() == data
