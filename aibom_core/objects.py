@@ -48,10 +48,11 @@ class OwnerRef:
     kind: str
     name: str
     uid: str
+    # Derived, cached as on ObjRef: every edge check and hop asks for it.
+    group_kind: GroupKind = field(init=False, repr=False, compare=False)
 
-    @property
-    def group_kind(self) -> GroupKind:
-        return GroupKind(group_of(self.api_version), self.kind)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_kind", GroupKind(group_of(self.api_version), self.kind))
 
 
 def metadata(obj: Obj) -> dict[str, Any]:
