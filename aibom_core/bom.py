@@ -695,26 +695,10 @@ def _named(body: _Body, names: list[str]) -> _Body:
             ]
         )
         components.append(
-            Component(
-                bom_ref=c.bom_ref,
-                type=c.type,
-                name=c.name,
-                version=c.version,
-                purl=c.purl,
-                hashes=c.hashes,
-                confidence=c.confidence,
-                evidence=evidence,
-                properties=properties,
-                depends_on=c.depends_on,
-            )
-        )
-    return _Body(
-        components=tuple(components),
-        root_depends_on=body.root_depends_on,
-        images=body.images,
-        digests=body.digests,
-        models=body.models,
-    )
+            Component(c.bom_ref, c.type, c.name, c.version, c.purl, c.hashes, c.confidence,
+                      evidence, properties, c.depends_on)
+        )  # fmt: skip
+    return _Body(tuple(components), body.root_depends_on, body.images, body.digests, body.models)
 
 
 def _fold_revisions(builder: _Builder) -> dict[str, str]:
