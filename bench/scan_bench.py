@@ -34,8 +34,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float]:
-    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system) of one child process.
+def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, float]:
+    """Wall seconds, peak RSS (MiB), CPU seconds (user + system) and the system
+    part of one child process (the kernel's: file creation, for -o DIR).
 
     CPU time is what to compare on a loaded machine: wall time then mostly
     measures the other jobs.
@@ -51,7 +52,7 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float
     err = proc.stderr.read().decode() if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {err}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, usage.ru_stime
 
 
 def _load() -> str:
@@ -125,6 +126,7 @@ def main() -> int:
             walls: dict[str, list[float]] = {v: [] for v in versions}
             rss: dict[str, list[float]] = {v: [] for v in versions}
             cpus: dict[str, list[float]] = {v: [] for v in versions}
+            syss: dict[str, list[float]] = {v: [] for v in versions}
             for i in range(args.runs):
                 for version, env in versions.items():
                     argv = cmd
@@ -134,16 +136,18 @@ def main() -> int:
                         # ext4, freshly freed inodes make new files slower to create.
                         fresh = out.with_name(f"out-{version.strip() or 'this'}-{i}")
                         argv = [*cmd[:-1], str(fresh)]
-                    w, r, c = run(argv, env)
+                    w, r, c, k = run(argv, env)
                     walls[version].append(w)
                     rss[version].append(r)
                     cpus[version].append(c)
+                    syss[version].append(k)
             for version in versions:
                 ws, cs = walls[version], cpus[version]
                 print(
                     f"{version}{name:30s} wall {statistics.median(ws):6.2f} s  "
                     f"(min {min(ws):.2f}, max {max(ws):.2f})  "
-                    f"cpu {statistics.median(cs):6.2f} s (min {min(cs):.2f}, max {max(cs):.2f})  "
+                    f"cpu {statistics.median(cs):6.2f} s (min {min(cs):.2f}, max {max(cs):.2f}; "
+                    f"system {statistics.median(syss[version]):.2f})  "
                     f"peak RSS {statistics.median(rss[version]):6.0f} MiB",
                     flush=True,
                 )
