@@ -42,6 +42,11 @@ USER_AGENT = "aibom-rollup"
 # Lines of a watch stream are whole objects (up to the API server's ~3 MiB
 # limit, wrapped in an event); we split the stream ourselves, so no line limit.
 WATCH_CHUNK = 1 << 16
+# Lists and watches of objects' metadata only (meta.k8s.io PartialObjectMetadata,
+# as client-go's metadata client asks): what an owner cache needs, without specs
+# and status on the wire or in memory.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 AGGREGATED_DISCOVERY = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;q=0.9"
 )
@@ -646,12 +651,13 @@ class Kube:
         return True
 
     async def watch(
-        self, path: str, params: Mapping[str, str] | None = None
+        self, path: str, params: Mapping[str, str] | None = None, *, accept: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of a watch (`?watch=1`), one dict each; ends when the server ends it.
 
         Raises WatchExpired on 410 Gone (as a status or as an ERROR event) and
         KubeError on other failures, so the caller relists or backs off.
+        `accept`: e.g. `METADATA_WATCH` (the objects as PartialObjectMetadata).
         """
         session = self._require()
         query = {"watch": "1", **(params or {})}
@@ -661,7 +667,7 @@ class Kube:
             async with session.get(
                 self.server + path,
                 params=query,
-                headers=self._headers(None),
+                headers=self._headers(None, accept),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
                 **self._conn_opts,
             ) as resp:

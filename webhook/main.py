@@ -42,6 +42,12 @@ from webhook.guard import (
     GuardedSite,
 )
 from webhook.metrics import Metrics
+from webhook.ownerwatch import (
+    DEFAULT_SYNC_TIMEOUT,
+    DEFAULT_WATCH_TIMEOUT,
+    KindWatch,
+    OwnerWatch,
+)
 from webhook.provenance import (
     DEFAULT_GUARD_TTL,
     DEFAULT_SAR_SIZE,
@@ -154,6 +160,31 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         f"default {DEFAULT_CACHE_TTL:g})",
     )
     walk.add_argument(
+        "--owner-watch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="list and watch the controller-owning kinds of the registry (metadata only, "
+        "slimmed; every kind but Pod) and answer owner hops from that index, UID-checked, "
+        "before the TTL cache and GETs; /readyz waits until it has synced. Needs "
+        "list/watch on those kinds (manifests/webhook/rbac.yaml). Default: on",
+    )
+    walk.add_argument(
+        "--owner-watch-timeout",
+        type=int,
+        default=DEFAULT_WATCH_TIMEOUT,
+        metavar="SECONDS",
+        help="the API server ends each owner watch after this long and it is resumed "
+        f"from where it was (default {DEFAULT_WATCH_TIMEOUT})",
+    )
+    walk.add_argument(
+        "--owner-watch-sync-timeout",
+        type=float,
+        default=DEFAULT_SYNC_TIMEOUT,
+        metavar="SECONDS",
+        help="readiness waits at most this long for a kind that fails to list; its "
+        f"owners are fetched with GETs meanwhile (default {DEFAULT_SYNC_TIMEOUT:g})",
+    )
+    walk.add_argument(
         "--owner-cache-size",
         type=int,
         default=DEFAULT_CACHE_SIZE,
@@ -214,6 +245,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError(f"--walk-deadline must be in (0, 30] seconds, got {args.walk_deadline}")
     if args.owner_cache_ttl < 0 or args.owner_cache_size < 1:
         raise UsageError("--owner-cache-ttl must be >= 0 and --owner-cache-size >= 1")
+    if not 1 <= args.owner_watch_timeout <= 3600 or not 0 < args.owner_watch_sync_timeout <= 600:
+        raise UsageError(
+            "--owner-watch-timeout must be 1-3600 s and --owner-watch-sync-timeout in (0, 600] s"
+        )
     if args.cert_check_interval <= 0 or args.shutdown_grace < 0:
         raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
     if not 1 <= args.max_depth <= 64:
@@ -282,8 +317,21 @@ async def _main(
             )
         except KubeError as exc:
             raise UsageError(str(exc)) from None
+        metrics = Metrics()
+        owner_watch = None
+        if args.owner_watch:
+            owner_watch = OwnerWatch(
+                kube,
+                registry,
+                keys,
+                watch_timeout=args.owner_watch_timeout,
+                sync_timeout=args.owner_watch_sync_timeout,
+                on_restart=lambda gk, why: metrics.owner_watch_restarts.labels(str(gk), why).inc(),
+            )
         server = Server(
             source=kube,
+            metrics=metrics,
+            owner_watch=owner_watch,
             registry=registry,
             keys=keys,
             reloader=reloader,
@@ -350,14 +398,21 @@ class Server:
         provenance_key: bytes | None = None,
         sar_cache: SarCache | None = None,
         opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
+        owner_watch: OwnerWatch | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.owner_watch = owner_watch
         self.guard = guard if guard is not None else ConnectionGuard()
         self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
         self.reloader = reloader
-        self.readiness = Readiness(cert_loaded=True)
+        self.readiness = Readiness(cert_loaded=True, owners_settled=owner_watch is None)
         self.resolver = Resolver(
-            source, registry=registry, max_depth=max_depth, deadline=walk_deadline, cache=cache
+            source,
+            registry=registry,
+            max_depth=max_depth,
+            deadline=walk_deadline,
+            cache=cache,
+            index=owner_watch,
         )
         # No provenance source: every controller edge is taken as written (tests
         # and benchmarks of the walk alone); the command always has one.
@@ -421,6 +476,8 @@ class Server:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self._port
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
+        if self.owner_watch is not None:
+            self._tasks.append(asyncio.create_task(self._owners(), name="owner-watch"))
         log.info(
             "webhook listening",
             extra={
@@ -430,6 +487,36 @@ class Server:
                 "client_cert_required": self.reloader.client_ca_file is not None,
             },
         )
+
+    async def _owners(self) -> None:
+        """Run the owner index; ready once it settled (webhook.ownerwatch)."""
+        watch = self.owner_watch
+        assert watch is not None
+        m = self.metrics
+        m.owner_index_objects.set_function(lambda: len(watch.store))
+        for gk, kind_watch in watch.watches.items():
+            m.owner_watch_synced.labels(str(gk)).set_function(_trusted(kind_watch))
+        runner = asyncio.create_task(watch.run(), name="owner-watches")
+        try:
+            await watch.wait_settled()
+            self.readiness.owners_settled = True
+            self.readiness.detail["owner-index"] = watch.summary()
+            self.metrics.ready.set(1 if self.readiness.ready else 0)
+            log.info(
+                "owner index settled",
+                extra={"kinds": watch.summary(), "owners": len(watch.store)},
+            )
+            await runner
+        except Exception:
+            # A bug in the index must not take admission down: its kinds stop
+            # being trusted (after the grace) and GETs answer.
+            m.errors.labels("owner-watch").inc()
+            log.exception("owner index stopped; owners are fetched with GETs")
+            self.readiness.owners_settled = True
+        finally:
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await runner
 
     def request_stop(self, why: str = "stop") -> None:
         if not self._stop.is_set():
@@ -478,3 +565,7 @@ class Server:
             await self._runner.cleanup()
             self._runner = None
         log.info("stopped")
+
+
+def _trusted(watch: KindWatch) -> Callable[[], float]:
+    return lambda: 1.0 if watch.trusted else 0.0

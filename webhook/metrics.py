@@ -76,9 +76,30 @@ class Metrics:
         self.owner_lookups = Counter(
             "aibom_webhook_owner_lookups_total",
             "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
-            "UID-keyed owner cache), `shared` (joined a GET already in flight), `refreshed` "
-            "(a cached owner refused because the child carried newer values; a GET followed).",
+            "UID-keyed owner cache), `watch` (served from the watch-backed owner index), "
+            "`shared` (joined a GET already in flight), `refreshed` (a walk from memory "
+            "refused because the object carried newer values; walked again with GETs).",
             ["source"],
+            registry=r,
+        )
+        self.owner_watch_restarts = Counter(
+            "aibom_webhook_owner_watch_restarts_total",
+            "Restarts of the owner index's watches (issue 15), by kind and reason: `closed` "
+            "(the server ended it; resumed), `expired` (410 Gone; relisted), "
+            "`continue_expired`, `error`, `idle` (silent too long; resumed).",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.owner_watch_synced = Gauge(
+            "aibom_webhook_owner_watch_synced",
+            "1 while a kind of the owner index is listed and watched (its entries answer "
+            "walks), else 0 (its owners are fetched with GETs).",
+            ["kind"],
+            registry=r,
+        )
+        self.owner_index_objects = Gauge(
+            "aibom_webhook_owner_index_objects",
+            "Owners held by the watch-backed owner index (slim entries).",
             registry=r,
         )
         self.provenance_checks = Counter(
@@ -122,7 +143,8 @@ class Metrics:
         )
         self.ready = Gauge(
             "aibom_webhook_ready",
-            "1 when the certificate is loaded and the API client answered.",
+            "1 when the certificate is loaded, the API client answered and the owner "
+            "index settled.",
             registry=r,
         )
         self.in_flight = Gauge(
