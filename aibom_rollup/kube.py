@@ -47,6 +47,7 @@ WATCH_CHUNK = 1 << 16
 # and status on the wire or in memory.
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_GET = METADATA_WATCH
 AGGREGATED_DISCOVERY = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;q=0.9"
 )
@@ -587,9 +588,19 @@ class Kube:
             raise KubeError(f"{method} {path}: {exc}") from exc
 
     async def get_owner(
-        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+        self,
+        namespace: str,
+        owner: OwnerRef,
+        *,
+        timeout: float | None = None,
+        metadata_only: bool = False,
     ) -> Fetched:
-        """GET an owner for the walk; the walk itself checks the UID."""
+        """GET an owner for the walk; the walk itself checks the UID.
+
+        `metadata_only`: ask for PartialObjectMetadata (no spec, no status: less
+        for the server to encode and for us to parse), answered with the owner's
+        own apiVersion and kind, for callers that read only metadata.
+        """
         try:
             res = await self.discovery.resource(owner.group_kind)
         except KubeError:
@@ -602,10 +613,17 @@ class Kube:
             # object never is; NotFound without a request, as the offline scan says.
             return Fetched(failure=Reason.NOT_FOUND)
         try:
-            resp = await self.request("GET", res.path(namespace, owner.name), timeout=timeout)
+            resp = await self.request(
+                "GET",
+                res.path(namespace, owner.name),
+                timeout=timeout,
+                accept=METADATA_GET if metadata_only else None,
+            )
         except (TimeoutError, KubeError):
             return Fetched(failure=Reason.TIMEOUT)
         if resp.status == 200 and isinstance(resp.body, dict):
+            if metadata_only:
+                resp.body["apiVersion"], resp.body["kind"] = res.api_version, res.kind
             return Fetched(obj=resp.body)
         if resp.status == 404:
             return Fetched(failure=Reason.NOT_FOUND)

@@ -62,6 +62,7 @@ from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_CACHE_TTL,
     DEFAULT_DEADLINE,
+    MetadataOwners,
     OwnerCache,
     OwnerSource,
     Resolver,
@@ -329,7 +330,8 @@ async def _main(
                 on_restart=lambda gk, why: metrics.owner_watch_restarts.labels(str(gk), why).inc(),
             )
         server = Server(
-            source=kube,
+            # Owners' metadata only: the walk reads nothing else (issue 15).
+            source=MetadataOwners(kube),
             metrics=metrics,
             owner_watch=owner_watch,
             registry=registry,

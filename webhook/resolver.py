@@ -82,7 +82,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, OwnerRef
@@ -96,6 +96,9 @@ from aibom_core.walk import (
     walk,
 )
 
+if TYPE_CHECKING:
+    from aibom_rollup.kube import Kube
+
 DEFAULT_DEADLINE = 1.5
 DEFAULT_CACHE_TTL = 5.0
 DEFAULT_CACHE_SIZE = 10_000
@@ -107,6 +110,19 @@ class OwnerSource(Protocol):
     async def get_owner(
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
     ) -> Fetched: ...
+
+
+class MetadataOwners:
+    """An `OwnerSource` asking the API for owners' metadata only: the walk, the
+    proofs and the ReplicaSet mirror read nothing else of an owner."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    async def get_owner(
+        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+    ) -> Fetched:
+        return await self._kube.get_owner(namespace, owner, timeout=timeout, metadata_only=True)
 
 
 class OwnerIndex(Protocol):

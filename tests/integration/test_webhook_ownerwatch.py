@@ -197,3 +197,67 @@ def test_watches_resume_and_a_410_relists_without_the_deleted(
     assert (gets, hits) == (1, 0)
     assert stamp["aibom.dev/rollup"] == "unresolved"
     assert stamp["aibom.dev/rollup-reason"] == f"NotFound {DCD_KIND}/gone"
+
+
+class _Starting(Webhook):
+    """A webhook whose start also records the /readyz answers before it is ready."""
+
+    not_ready: list[str]
+
+    def _ready(self) -> bool:
+        if super()._ready():
+            return True
+        try:
+            status, text = self.request("GET", "/readyz")
+        except OSError:
+            return False
+        if status == 503:
+            self.not_ready.append(text.decode())
+        return False
+
+
+def test_not_ready_until_the_index_settles_and_gets_meanwhile(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A kind whose list never answers: /readyz is 503 (`owner-index`) until the
+    sync timeout, then ready, and that kind's owners are fetched with GETs."""
+    user = "aibom-webhook-ownerwatch-sync"
+    ident = control_plane.issue_identity(user)
+    bind_rules(kubectl, user, f"{user}-role", shipped_role()["rules"])
+    with ApiProxy(control_plane, ident) as proxy:
+        # The cluster-wide list/watch path only: GETs of one ReplicaSet still pass.
+        proxy.blackhole("/apis/apps/v1/replicasets")
+        webhook = _Starting(
+            control_plane,
+            tmp_path,
+            name="aibom-rollup-ownerwatch-sync",
+            kubeconfig=proxy.kubeconfig(tmp_path / "proxy.kubeconfig"),
+            args=("--owner-cache-ttl", "0", "--owner-watch-sync-timeout", "4"),
+        )
+        webhook.not_ready = []
+        webhook.start()
+        try:
+            assert any("owner-index" in text for text in webhook.not_ready), webhook.not_ready
+            assert proxy.counts["blackholed"] >= 1
+            hook = Hook(webhook, proxy)
+            kind = {"kind": "apps/ReplicaSet"}
+            assert webhook.metric("aibom_webhook_owner_watch_synced", kind) == 0
+            assert webhook.metric("aibom_webhook_owner_watch_synced", {"kind": DCD_KIND}) == 1
+            dep = apply(kubectl, deployment(namespace, "web", replicas=0))
+            rs = wait_for(
+                "the ReplicaSet",
+                lambda: json.loads(kubectl("get", "-n", namespace, "rs", "-o", "json").stdout)[
+                    "items"
+                ],
+            )[0]
+            rs = {**rs, "apiVersion": "apps/v1", "kind": "ReplicaSet"}
+            child = deployment(namespace, "child", rs)  # any child naming the ReplicaSet
+            _, gets, hits = hook.admit(child)
+            assert (gets, hits) == (1, 0), "the unsynced kind must be fetched"
+            assert dep["metadata"]["uid"]
+        finally:
+            if webhook.proc is not None:
+                webhook.stop()
