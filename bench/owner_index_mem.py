@@ -114,14 +114,13 @@ def main() -> int:
     ap.add_argument("--owners", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    for whole in (False, True):
-        vals = [measure(args.owners, whole=whole) for _ in range(args.runs)]
-        label = "decoded metadata kept whole" if whole else "owner index entry (slim)"
-        print(
-            f"{label:<32} {statistics.median(vals):7.0f} B/owner "
-            f"[{min(vals):.0f}-{max(vals):.0f}] over {args.owners} owners, {args.runs} runs",
-            flush=True,
-        )
+    rows = {
+        label: sorted(measure(args.owners, whole=whole) for _ in range(args.runs))
+        for label, whole in (("owner index entry (slim)", False), ("metadata kept whole", True))
+    }
+    print(f"bytes per owner, {args.owners} owners, median [min-max] of {args.runs} runs:")
+    for label, vals in rows.items():
+        print(f"  {label}: {statistics.median(vals):.0f} [{vals[0]:.0f}-{vals[-1]:.0f}]")
     return 0
 
 

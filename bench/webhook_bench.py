@@ -307,42 +307,14 @@ def start_hook(
     once /readyz answers 200 (with the owner index: synced)."""
     hook = Webhook(cp, workdir, name=name, kubeconfig=kubeconfig, args=extra)
     proc = subprocess.Popen(
-        [
-            *pin,
-            sys.executable,
-            "-m",
-            "aibom_rollup",
-            "webhook",
-            "--cert-file",
-            str(hook.dir / "tls.crt"),
-            "--key-file",
-            str(hook.dir / "tls.key"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(hook.port),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--log-level",
-            "warning",
-            *extra,
-        ],
+        [*pin, *hook.command(*extra, log_level="warning")],
         cwd=REPO,
         env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
     )
     hook.proc = proc
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if hook.request("GET", "/readyz")[0] == 200:
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-        time.sleep(0.05)
+    hook.wait_ready(timeout=60)
     return hook, proc
 
 

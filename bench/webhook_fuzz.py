@@ -111,24 +111,7 @@ def main() -> int:
         )
         log = open(hook.log, "ab")  # noqa: SIM115 - the child keeps it
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aibom_rollup",
-                "webhook",
-                "--cert-file",
-                str(hook.dir / "tls.crt"),
-                "--key-file",
-                str(hook.dir / "tls.key"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(hook.port),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--log-level",
-                "warning",
-            ],
+            hook.command(log_level="warning"),
             cwd=REPO,
             env=child_env(),
             stdout=subprocess.DEVNULL,
@@ -136,16 +119,7 @@ def main() -> int:
         )
         hook.proc = proc
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if hook.request("GET", "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-                time.sleep(0.2)
+            hook.wait_ready()
             start_rss = rss_mib(proc.pid)
             url = f"https://127.0.0.1:{hook.port}/mutate"
             result = asyncio.run(drive(url, hook.ssl_context(), proc.pid, args))

@@ -298,13 +298,14 @@ class KindWatch:
             self._set(WatchState.STOPPED)
 
     def backoff_delay(self, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            delay = min(self.backoff_cap, retry_after)
-        else:
-            delay = min(self.backoff_cap, self.backoff_base * 2 ** min(self._failures, 30))
-            delay *= 0.8 + 0.4 * self._rand()
+        """The server's Retry-After if it sent one, else exponential from `backoff_base`
+        with jitter (x0.8-1.2, from the injected `rand`); never above `backoff_cap`."""
         self._failures += 1
-        return delay
+        if retry_after is not None:
+            return min(self.backoff_cap, retry_after)
+        exponent = min(self._failures - 1, 30)
+        jitter = 0.8 + 0.4 * self._rand()
+        return min(self.backoff_cap, self.backoff_base * 2.0**exponent * jitter)
 
     async def _backoff(self, error: str, wait: float | None) -> None:
         self._set(WatchState.BACKOFF, error)

@@ -20,6 +20,7 @@ answered each hop is read from its own counters
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -101,29 +102,67 @@ def uid(obj: Obj) -> str:
     return value
 
 
-@pytest.fixture(scope="module")
-def hook(
-    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+class _Starting(Webhook):
+    """A webhook whose start also records the /readyz answers before it is ready."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.not_ready: list[str] = []
+
+    def _ready(self) -> bool:
+        if super()._ready():
+            return True
+        try:
+            status, text = self.request("GET", "/readyz")
+        except OSError:
+            return False
+        if status == 503:
+            self.not_ready.append(text.decode())
+        return False
+
+
+@contextlib.contextmanager
+def proxied(
+    cp: ControlPlane,
+    kubectl: Kubectl,
+    workdir: Path,
+    *args: str,
+    name: str,
+    blackhole: str | None = None,
 ) -> Iterator[Hook]:
-    user = "aibom-webhook-ownerwatch"
-    ident = control_plane.issue_identity(user)
-    bind_rules(kubectl, user, f"{user}-role", shipped_role()["rules"])
-    workdir: Path = tmp_path_factory.mktemp("ownerwatch")
-    with ApiProxy(control_plane, ident) as proxy:
-        webhook = Webhook(
-            control_plane,
-            workdir,
-            name="aibom-rollup-ownerwatch",
-            kubeconfig=proxy.kubeconfig(workdir / "proxy.kubeconfig"),
-            # The server ends each watch after 3 s: resumes happen during the module.
-            args=("--owner-cache-ttl", "0", "--owner-watch-timeout", "3"),
+    """A webhook process under the shipped ClusterRole, behind its own proxy."""
+    ident = cp.issue_identity(name)
+    bind_rules(kubectl, name, f"{name}-role", shipped_role()["rules"])
+    with ApiProxy(cp, ident) as proxy:
+        if blackhole is not None:
+            proxy.blackhole(blackhole)
+        webhook = _Starting(
+            cp, workdir, name=name, kubeconfig=proxy.kubeconfig(workdir / "proxy"), args=args
         )
-        webhook.start()  # returns once /readyz is 200: the index has synced
+        webhook.start()  # returns once /readyz is 200: the index has settled
         try:
             yield Hook(webhook, proxy)
         finally:
             if webhook.proc is not None:
                 webhook.stop()
+
+
+@pytest.fixture(scope="module")
+def hook(
+    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Hook]:
+    # The server ends each watch after 3 s: resumes happen during the module.
+    with proxied(
+        control_plane,
+        kubectl,
+        tmp_path_factory.mktemp("ownerwatch"),
+        "--owner-cache-ttl",
+        "0",
+        "--owner-watch-timeout",
+        "3",
+        name="aibom-rollup-ownerwatch",
+    ) as hook:
+        yield hook
 
 
 def test_an_owner_created_after_the_sync_resolves_then_is_indexed(
@@ -199,23 +238,6 @@ def test_watches_resume_and_a_410_relists_without_the_deleted(
     assert stamp["aibom.dev/rollup-reason"] == f"NotFound {DCD_KIND}/gone"
 
 
-class _Starting(Webhook):
-    """A webhook whose start also records the /readyz answers before it is ready."""
-
-    not_ready: list[str]
-
-    def _ready(self) -> bool:
-        if super()._ready():
-            return True
-        try:
-            status, text = self.request("GET", "/readyz")
-        except OSError:
-            return False
-        if status == 503:
-            self.not_ready.append(text.decode())
-        return False
-
-
 def test_not_ready_until_the_index_settles_and_gets_meanwhile(
     control_plane: ControlPlane,
     kubectl: Kubectl,
@@ -224,40 +246,31 @@ def test_not_ready_until_the_index_settles_and_gets_meanwhile(
 ) -> None:
     """A kind whose list never answers: /readyz is 503 (`owner-index`) until the
     sync timeout, then ready, and that kind's owners are fetched with GETs."""
-    user = "aibom-webhook-ownerwatch-sync"
-    ident = control_plane.issue_identity(user)
-    bind_rules(kubectl, user, f"{user}-role", shipped_role()["rules"])
-    with ApiProxy(control_plane, ident) as proxy:
-        # The cluster-wide list/watch path only: GETs of one ReplicaSet still pass.
-        proxy.blackhole("/apis/apps/v1/replicasets")
-        webhook = _Starting(
-            control_plane,
-            tmp_path,
-            name="aibom-rollup-ownerwatch-sync",
-            kubeconfig=proxy.kubeconfig(tmp_path / "proxy.kubeconfig"),
-            args=("--owner-cache-ttl", "0", "--owner-watch-sync-timeout", "4"),
-        )
-        webhook.not_ready = []
-        webhook.start()
-        try:
-            assert any("owner-index" in text for text in webhook.not_ready), webhook.not_ready
-            assert proxy.counts["blackholed"] >= 1
-            hook = Hook(webhook, proxy)
-            kind = {"kind": "apps/ReplicaSet"}
-            assert webhook.metric("aibom_webhook_owner_watch_synced", kind) == 0
-            assert webhook.metric("aibom_webhook_owner_watch_synced", {"kind": DCD_KIND}) == 1
-            dep = apply(kubectl, deployment(namespace, "web", replicas=0))
-            rs = wait_for(
-                "the ReplicaSet",
-                lambda: json.loads(kubectl("get", "-n", namespace, "rs", "-o", "json").stdout)[
-                    "items"
-                ],
-            )[0]
-            rs = {**rs, "apiVersion": "apps/v1", "kind": "ReplicaSet"}
-            child = deployment(namespace, "child", rs)  # any child naming the ReplicaSet
-            _, gets, hits = hook.admit(child)
-            assert (gets, hits) == (1, 0), "the unsynced kind must be fetched"
-            assert dep["metadata"]["uid"]
-        finally:
-            if webhook.proc is not None:
-                webhook.stop()
+    # The cluster-wide list/watch path only: GETs of one ReplicaSet still pass.
+    with proxied(
+        control_plane,
+        kubectl,
+        tmp_path,
+        "--owner-cache-ttl",
+        "0",
+        "--owner-watch-sync-timeout",
+        "4",
+        name="aibom-rollup-ownerwatch-sync",
+        blackhole="/apis/apps/v1/replicasets",
+    ) as hook:
+        webhook = hook.webhook
+        assert isinstance(webhook, _Starting)
+        assert any("owner-index" in text for text in webhook.not_ready), webhook.not_ready
+        assert hook.proxy.counts["blackholed"] >= 1
+        kind = {"kind": "apps/ReplicaSet"}
+        assert webhook.metric("aibom_webhook_owner_watch_synced", kind) == 0
+        assert webhook.metric("aibom_webhook_owner_watch_synced", {"kind": DCD_KIND}) == 1
+        apply(kubectl, deployment(namespace, "web", replicas=0))
+        rs = wait_for(
+            "the ReplicaSet",
+            lambda: json.loads(kubectl("get", "-n", namespace, "rs", "-o", "json").stdout)["items"],
+        )[0]
+        rs = {**rs, "apiVersion": "apps/v1", "kind": "ReplicaSet"}
+        child = deployment(namespace, "child", rs)  # any child naming the ReplicaSet
+        _, gets, hits = hook.admit(child)
+        assert (gets, hits) == (1, 0), "the unsynced kind must be fetched"

@@ -88,6 +88,18 @@ def _rs(cp: ControlPlane, ns: str, name: str) -> Obj:
     return obj
 
 
+def adopt(kubectl: Kubectl, ns: str, what: str, owner: Obj) -> dict[str, str]:
+    """Give `what` (`kind/name`) a controller reference to `owner`; the stamp it
+    and what it controls then should carry."""
+    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
+    kubectl("patch", "-n", ns, what, "--type=merge", "-p", json.dumps(patch))
+    return {
+        "aibom.dev/root": f"{owner['kind']}/{owner['metadata']['name']}",
+        "aibom.dev/root-uid": owner["metadata"]["uid"],
+        "aibom.dev/rollup": "rolled-up",
+    }
+
+
 def _tree(kubectl: Kubectl, ns: str) -> list[Obj]:
     """`aibom-rollup tree -o json` over a dump of the namespace (the annotator's core)."""
     dump = kubectl("get", "-n", ns, "deploy,rs,sts", "-o", "json").stdout
@@ -229,13 +241,7 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     # the webhook stamps it rolled-up, and the deployment controller copies that
     # onto the ReplicaSet, whose walk would find the Deployment in the cache as
     # it was before (ownerless, `root`).
-    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
-    kubectl("patch", "-n", ns, "deployment/web", "--type=merge", "-p", json.dumps(patch))
-    want = {
-        "aibom.dev/root": "StatefulSet/owner",
-        "aibom.dev/root-uid": owner["metadata"]["uid"],
-        "aibom.dev/rollup": "rolled-up",
-    }
+    want = adopt(kubectl, ns, "deployment/web", owner)
     assert stamp(get(kubectl, ns, "deployment/web")) == want
     wait_for(
         "the ReplicaSet to carry the Deployment's new stamp",
@@ -272,15 +278,7 @@ def test_late_adoption_repair_is_not_reverted_by_the_cache(
     # Late adoption: the component gets its controller reference on UPDATE (the
     # webhook stamps it and writes its edge-proof; the Pod's stamp is now stale).
     graph = apply(kubectl, dgd(ns, "graph"))
-    patch = {"metadata": {"ownerReferences": [owner_ref(graph)]}}
-    kubectl(
-        "patch", "-n", ns, "dynamocomponentdeployment/comp", "--type=merge", "-p", json.dumps(patch)
-    )
-    repaired = {
-        "aibom.dev/root": "DynamoGraphDeployment/graph",
-        "aibom.dev/root-uid": graph["metadata"]["uid"],
-        "aibom.dev/rollup": "rolled-up",
-    }
+    repaired = adopt(kubectl, ns, "dynamocomponentdeployment/comp", graph)
     assert stamp(get(kubectl, ns, "dynamocomponentdeployment/comp")) == repaired
     # The annotator's repair of the Pod (what its walk computes; written the way
     # it writes, an UPDATE of our keys). Before issue 15 the webhook answered it

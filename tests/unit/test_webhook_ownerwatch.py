@@ -13,6 +13,7 @@ import base64
 import json
 from typing import Any, cast
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from aibom_core.kinds import GroupKind, default_registry
@@ -26,6 +27,7 @@ from webhook.metrics import Metrics
 from webhook.ownerwatch import POD, KindWatch, OwnerStore, OwnerWatch, WatchState, owner_kinds
 from webhook.resolver import OwnerCache, Resolver
 
+Obj = dict[str, Any]
 REG = default_registry()
 KEYS = Keys()
 DCD = GroupKind("nvidia.com", "DynamoComponentDeployment")
@@ -241,88 +243,85 @@ async def _post(client: Any, doc: Any) -> dict[str, Any]:
     return out
 
 
-async def test_late_adoption_repair_is_not_reverted_by_a_cached_owner(aiohttp_client: Any) -> None:
+class Fight:
+    """A webhook (TTL cache 600 s) that admitted Pod `p` under an ownerless
+    component `c`, which is now cached."""
+
+    def __init__(self, client: Any, metrics: Metrics, source: MemorySource, stamped: Obj) -> None:
+        self.client, self.metrics, self.source, self.stamped = client, metrics, source, stamped
+
+    def gets(self) -> int:
+        return sum(self.source.gets.values())
+
+    def refreshed(self) -> float | None:
+        return self.metrics.registry.get_sample_value(
+            "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
+        )
+
+    async def update(self, **annotations: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """An UPDATE of the Pod carrying these stamp values: (patch, annotations after)."""
+        new = json.loads(json.dumps(self.stamped))
+        new["metadata"]["annotations"].update(
+            {f"aibom.dev/{k.replace('_', '-')}": v for k, v in annotations.items()}
+        )
+        ops = _patch(await _post(self.client, review(new, operation="UPDATE", old=self.stamped)))
+        return ops, apply_patch(new, ops)["metadata"]["annotations"]
+
+
+@pytest.fixture
+async def fight(aiohttp_client: Any) -> Fight:
+    source = MemorySource([mk("DynamoComponentDeployment", "c")])
+    client, metrics = await _hook(aiohttp_client, source, cache=OwnerCache(ttl=600))
+    pod = mk("Pod", "p", mk("DynamoComponentDeployment", "c"))
+    stamped = apply_patch(pod, _patch(await _post(client, review(pod))))
+    assert stamped["metadata"]["annotations"]["aibom.dev/root"] == "DynamoComponentDeployment/c"
+    return Fight(client, metrics, source, stamped)
+
+
+async def test_late_adoption_repair_is_not_reverted_by_a_cached_owner(fight: Fight) -> None:
     """A DynamoComponentDeployment adopted late (its controller reference added on
     UPDATE) while the webhook still caches it ownerless: the annotator repairs the
     Pod's stamp to the new root, and the UPDATE carrying that repair must not be
     answered from the cached (older) owner, or the two fight until it expires."""
-    source = MemorySource()
-    comp = mk("DynamoComponentDeployment", "c")
-    source.add(comp)
-    client, metrics = await _hook(aiohttp_client, source, cache=OwnerCache(ttl=600))
-    pod = mk("Pod", "p", comp)
-    stamped = apply_patch(pod, _patch(await _post(client, review(pod))))
-    assert stamped["metadata"]["annotations"]["aibom.dev/root"] == "DynamoComponentDeployment/c"
-    # Late adoption: the component gets a controller reference to a graph.
     graph = mk("DynamoGraphDeployment", "g")
-    source.add(graph)
-    source.add(mk("DynamoComponentDeployment", "c", graph))
-    # The annotator's repair of the Pod (the stamp its own walk computes).
-    repaired = json.loads(json.dumps(stamped))
-    repaired["metadata"]["annotations"].update(
-        {
-            "aibom.dev/root": "DynamoGraphDeployment/g",
-            "aibom.dev/root-uid": graph["metadata"]["uid"],
-            "aibom.dev/rollup": "rolled-up",
-        }
-    )
-    gets = sum(source.gets.values())
-    doc = await _post(client, review(repaired, operation="UPDATE", old=stamped))
-    assert _patch(doc) == [], "the repair was reverted from the cached owner"
-    assert sum(source.gets.values()) == gets + 2  # walked again live: component, graph
-    refreshed = metrics.registry.get_sample_value(
-        "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
-    )
-    assert refreshed == 1
+    fight.source.add(graph)
+    fight.source.add(mk("DynamoComponentDeployment", "c", graph))
+    gets = fight.gets()
+    repair = {
+        "root": "DynamoGraphDeployment/g",
+        "root_uid": graph["metadata"]["uid"],
+        "rollup": "rolled-up",
+    }
+    ops, _ = await fight.update(**repair)
+    assert ops == [], "the repair was reverted from the cached owner"
+    assert fight.gets() == gets + 2  # walked again live: component, graph
+    assert fight.refreshed() == 1
     # The live walk refreshed the cache: the next UPDATE agrees from memory.
-    doc = await _post(client, review(repaired, operation="UPDATE", old=repaired))
-    assert _patch(doc) == [] and sum(source.gets.values()) == gets + 2
+    fight.stamped = apply_patch(fight.stamped, [])
+    fight.stamped["metadata"]["annotations"].update(
+        {f"aibom.dev/{k.replace('_', '-')}": v for k, v in repair.items()}
+    )
+    ops, _ = await fight.update()
+    assert ops == [] and fight.gets() == gets + 2
 
 
-async def test_a_forged_stamp_is_still_corrected_after_the_live_walk(aiohttp_client: Any) -> None:
-    source = MemorySource()
-    comp = mk("DynamoComponentDeployment", "c")
-    source.add(comp)
-    client, _ = await _hook(aiohttp_client, source, cache=OwnerCache(ttl=600))
-    pod = mk("Pod", "p", comp)
-    stamped = apply_patch(pod, _patch(await _post(client, review(pod))))
-    forged = json.loads(json.dumps(stamped))
-    forged["metadata"]["annotations"]["aibom.dev/root"] = "DynamoGraphDeployment/evil"
-    doc = await _post(client, review(forged, operation="UPDATE", old=stamped))
-    after = apply_patch(forged, _patch(doc))["metadata"]["annotations"]
+async def test_a_forged_stamp_is_still_corrected_after_the_live_walk(fight: Fight) -> None:
+    _, after = await fight.update(root="DynamoGraphDeployment/evil")
     assert after["aibom.dev/root"] == "DynamoComponentDeployment/c"
+    assert fight.refreshed() == 1
 
 
-async def test_a_live_walk_out_of_time_keeps_the_cached_answer(aiohttp_client: Any) -> None:
+async def test_a_live_walk_out_of_time_keeps_the_cached_answer(fight: Fight) -> None:
     """The re-walk is a second opinion: a Timeout never replaces a cached answer."""
-    source = MemorySource()
-    comp = mk("DynamoComponentDeployment", "c")
-    source.add(comp)
-    client, _ = await _hook(aiohttp_client, source, cache=OwnerCache(ttl=600))
-    pod = mk("Pod", "p", comp)
-    stamped = apply_patch(pod, _patch(await _post(client, review(pod))))
-    forged = json.loads(json.dumps(stamped))
-    forged["metadata"]["annotations"]["aibom.dev/rollup"] = "uncovered"
-    source.delay = 5.0  # every GET now outlives the walk's deadline
-    doc = await _post(client, review(forged, operation="UPDATE", old=stamped))
-    after = apply_patch(forged, _patch(doc))["metadata"]["annotations"]
+    fight.source.delay = 5.0  # every GET now outlives the walk's deadline
+    _, after = await fight.update(rollup="uncovered")
     assert after["aibom.dev/rollup"] == "rolled-up"
     assert "aibom.dev/rollup-reason" not in after
 
 
-async def test_a_create_or_an_agreeing_update_is_never_walked_twice(aiohttp_client: Any) -> None:
-    source = MemorySource()
-    comp = mk("DynamoComponentDeployment", "c")
-    source.add(comp)
-    client, metrics = await _hook(aiohttp_client, source, cache=OwnerCache(ttl=600))
-    pod = mk("Pod", "p", comp)
-    stamped = apply_patch(pod, _patch(await _post(client, review(pod))))
-    await _post(client, review(mk("Pod", "p2", comp)))  # a CREATE: from the cache
-    await _post(client, review(stamped, operation="UPDATE", old=stamped))
-    assert source.gets["DynamoComponentDeployment"] == 1
-    assert (
-        metrics.registry.get_sample_value(
-            "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
-        )
-        is None
-    )
+async def test_a_create_or_an_agreeing_update_is_never_walked_twice(fight: Fight) -> None:
+    await _post(fight.client, review(mk("Pod", "p2", mk("DynamoComponentDeployment", "c"))))
+    ops, _ = await fight.update()
+    assert ops == []
+    assert fight.source.gets["DynamoComponentDeployment"] == 1
+    assert fight.refreshed() is None
