@@ -17,7 +17,8 @@ What is kept, and so the memory bound
 - Fields: lists and watches ask for metadata only (PartialObjectMetadata:
   no spec, no status on the wire), and each object is slimmed to what the
   walk reads: name, namespace, UID, the controller reference, and of the
-  annotations only our stamp keys and the two edge-proof keys. The memory is
+  annotations only the proof of that controller edge (`Keys.proof_key`) and,
+  of a Deployment, our stamp keys (its ReplicaSets mirror them). The memory is
   then (objects of those kinds in the cluster) x (bytes per slim entry,
   measured in BENCHMARKS.md, "Webhook on a cold cache").
 
@@ -72,9 +73,9 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import GroupKind, KindRegistry, group_of
 from aibom_core.objects import Obj
-from aibom_core.stamp import Keys
+from aibom_core.stamp import DEPLOYMENT, Keys
 from aibom_rollup.kube import (
     METADATA_LIST,
     METADATA_WATCH,
@@ -112,9 +113,19 @@ class OwnerStore:
     """Slim owners by UID, and the UIDs of each kind (for relists)."""
 
     def __init__(self, keys: Keys) -> None:
-        self._wanted = frozenset((*keys.all(), keys.edge_proof, keys.replicaset_edge_proof))
+        self._keys = keys
         self._by_uid: dict[str, Obj] = {}
         self._uids: dict[GroupKind, set[str]] = {}
+
+    def wanted(self, subject: GroupKind, owner: GroupKind | None) -> frozenset[str]:
+        """The annotations the walk reads of an owner of kind `subject` controlled by
+        an `owner`: the proof of that edge (`Keys.proof_key`), and of a Deployment
+        our stamp keys too (a ReplicaSet child mirrors them)."""
+        keys = self._keys
+        wanted = {keys.proof_key(subject, owner)} if owner is not None else set()
+        if subject == DEPLOYMENT:
+            wanted.update(keys.all())
+        return frozenset(wanted)
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -138,14 +149,18 @@ class OwnerStore:
             "namespace": sys.intern(str(meta.get("namespace") or "")),
             "uid": uid,
         }
+        owner: GroupKind | None = None
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
             for ref in refs:
                 if isinstance(ref, dict) and ref.get("controller") is True:
+                    api_version = sys.intern(str(ref.get("apiVersion", "")))
+                    kind = sys.intern(str(ref.get("kind", "")))
+                    owner = GroupKind(group_of(api_version), kind)
                     slim["ownerReferences"] = [
                         {
-                            "apiVersion": sys.intern(str(ref.get("apiVersion", ""))),
-                            "kind": sys.intern(str(ref.get("kind", ""))),
+                            "apiVersion": api_version,
+                            "kind": kind,
                             "name": str(ref.get("name", "")),
                             "uid": str(ref.get("uid", "")),
                             "controller": True,
@@ -154,7 +169,8 @@ class OwnerStore:
                     break
         ann = meta.get("annotations")
         if isinstance(ann, dict):
-            kept = {k: v for k, v in ann.items() if k in self._wanted and isinstance(v, str)}
+            wanted = self.wanted(GroupKind(res.group, res.kind), owner)
+            kept = {k: v for k, v in ann.items() if k in wanted and isinstance(v, str)}
             if kept:
                 slim["annotations"] = kept
         # The served apiVersion: the walk compares groups, never versions.

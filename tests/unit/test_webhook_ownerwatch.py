@@ -108,12 +108,37 @@ def test_an_entry_keeps_only_what_the_walk_reads() -> None:
                     "controller": True,
                 }
             ],
-            "annotations": {
-                "aibom.dev/root": "Deployment/d",
-                "aibom.dev/replicaset-edge-proof": "proof",
-            },
+            # Its edge's proof only: the copies of its Deployment's stamp and
+            # edge-proof are never read of a ReplicaSet.
+            "annotations": {"aibom.dev/replicaset-edge-proof": "proof"},
         },
     }
+    # A Deployment keeps its stamp (its ReplicaSets mirror it) and its edge's proof.
+    dep = mk(
+        "Deployment",
+        "d",
+        mk("DynamoComponentDeployment", "c"),
+        annotations={
+            "aibom.dev/root": "DynamoComponentDeployment/c",
+            "aibom.dev/rollup": "rolled-up",
+            "aibom.dev/edge-proof": "p",
+            "aibom.dev/replicaset-edge-proof": "not read",
+            "other": "x",
+        },
+    )
+    slim_dep = store.slim(resource(GroupKind("apps", "Deployment"), "v1"), dep)
+    assert slim_dep is not None
+    assert slim_dep["metadata"]["annotations"] == {
+        "aibom.dev/root": "DynamoComponentDeployment/c",
+        "aibom.dev/rollup": "rolled-up",
+        "aibom.dev/edge-proof": "p",
+    }
+    # No controller: no proof is read, nothing kept.
+    lone = store.slim(
+        resource(DCD),
+        mk("DynamoComponentDeployment", "x", annotations={"aibom.dev/edge-proof": "p"}),
+    )
+    assert lone is not None and "annotations" not in lone["metadata"]
     assert store.slim(resource(DCD), {"metadata": {"name": "no-uid"}}) is None
     assert store.slim(resource(DCD), "not an object") is None
 
