@@ -109,12 +109,40 @@ class WatchState(StrEnum):
     STOPPED = "stopped"
 
 
+# One owner, compactly: ((apiVersion, kind), name, namespace, uid, the controller
+# reference as (apiVersion, kind, name, uid) or None, the kept annotations as
+# pairs). Tuples of shared strings, not dicts: a third of the memory; `expand`
+# rebuilds the object the walk reads (a few microseconds per hop).
+Entry = tuple[
+    tuple[str, str], str, str, str, tuple[str, str, str, str] | None, tuple[tuple[str, str], ...]
+]
+
+
+def expand(entry: Entry) -> Obj:
+    """The object an entry stands for, as the walk reads it."""
+    (api_version, kind), name, namespace, uid, ref, annotations = entry
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if ref is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": ref[0],
+                "kind": ref[1],
+                "name": ref[2],
+                "uid": ref[3],
+                "controller": True,
+            }
+        ]
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
 class OwnerStore:
     """Slim owners by UID, and the UIDs of each kind (for relists)."""
 
     def __init__(self, keys: Keys) -> None:
         self._keys = keys
-        self._by_uid: dict[str, Obj] = {}
+        self._by_uid: dict[str, Entry] = {}
         self._uids: dict[GroupKind, set[str]] = {}
 
     def wanted(self, subject: GroupKind, owner: GroupKind | None) -> frozenset[str]:
@@ -134,9 +162,10 @@ class OwnerStore:
         return len(self._uids.get(gk, ()))
 
     def get(self, uid: str) -> Obj | None:
-        return self._by_uid.get(uid)
+        entry = self._by_uid.get(uid)
+        return expand(entry) if entry is not None else None
 
-    def slim(self, res: ApiResource, raw: Any) -> Obj | None:
+    def slim(self, res: ApiResource, raw: Any) -> Entry | None:
         """The entry for a listed or watched object (None: not an object we can key)."""
         meta = raw.get("metadata") if isinstance(raw, dict) else None
         if not isinstance(meta, dict):
@@ -144,53 +173,42 @@ class OwnerStore:
         uid, name = meta.get("uid"), meta.get("name")
         if not isinstance(uid, str) or not uid or not isinstance(name, str):
             return None
-        slim: dict[str, Any] = {
-            "name": name,
-            "namespace": sys.intern(str(meta.get("namespace") or "")),
-            "uid": uid,
-        }
         owner: GroupKind | None = None
+        ref: tuple[str, str, str, str] | None = None
         refs = meta.get("ownerReferences")
-        if isinstance(refs, list):
-            for ref in refs:
-                if isinstance(ref, dict) and ref.get("controller") is True:
-                    api_version = sys.intern(str(ref.get("apiVersion", "")))
-                    kind = sys.intern(str(ref.get("kind", "")))
-                    owner = GroupKind(group_of(api_version), kind)
-                    slim["ownerReferences"] = [
-                        {
-                            "apiVersion": api_version,
-                            "kind": kind,
-                            "name": str(ref.get("name", "")),
-                            "uid": str(ref.get("uid", "")),
-                            "controller": True,
-                        }
-                    ]
-                    break
+        for item in refs if isinstance(refs, list) else ():
+            if isinstance(item, dict) and item.get("controller") is True:
+                api_version = sys.intern(str(item.get("apiVersion", "")))
+                kind = sys.intern(str(item.get("kind", "")))
+                owner = GroupKind(group_of(api_version), kind)
+                ref = (api_version, kind, str(item.get("name", "")), str(item.get("uid", "")))
+                break
+        kept: tuple[tuple[str, str], ...] = ()
         ann = meta.get("annotations")
         if isinstance(ann, dict):
             wanted = self.wanted(GroupKind(res.group, res.kind), owner)
-            kept = {k: v for k, v in ann.items() if k in wanted and isinstance(v, str)}
-            if kept:
-                slim["annotations"] = kept
+            kept = tuple(
+                (sys.intern(k), v) for k, v in ann.items() if k in wanted and isinstance(v, str)
+            )
         # The served apiVersion: the walk compares groups, never versions.
-        return {"apiVersion": res.api_version, "kind": res.kind, "metadata": slim}
+        what = (sys.intern(res.api_version), sys.intern(res.kind))
+        return (what, name, sys.intern(str(meta.get("namespace") or "")), uid, ref, kept)
 
-    def upsert(self, gk: GroupKind, obj: Obj) -> None:
-        uid: str = obj["metadata"]["uid"]
-        self._by_uid[uid] = obj
+    def upsert(self, gk: GroupKind, entry: Entry) -> None:
+        uid = entry[3]
+        self._by_uid[uid] = entry
         self._uids.setdefault(gk, set()).add(uid)
 
     def delete(self, gk: GroupKind, uid: str) -> None:
         self._by_uid.pop(uid, None)
         self._uids.get(gk, set()).discard(uid)
 
-    def replace(self, gk: GroupKind, objs: dict[str, Obj]) -> None:
+    def replace(self, gk: GroupKind, entries: dict[str, Entry]) -> None:
         """A completed list: the kind's entries are exactly these now."""
-        for uid in self._uids.get(gk, set()) - objs.keys():
+        for uid in self._uids.get(gk, set()) - entries.keys():
             self._by_uid.pop(uid, None)
-        self._by_uid.update(objs)
-        self._uids[gk] = set(objs)
+        self._by_uid.update(entries)
+        self._uids[gk] = set(entries)
 
 
 class _Refused(Exception):
@@ -335,7 +353,7 @@ class KindWatch:
     async def _list(self, res: ApiResource) -> str:
         path = res.path()
         params = {"limit": str(self.page_size)}
-        seen: dict[str, Obj] = {}
+        seen: dict[str, Entry] = {}
         while True:
             resp = await self.kube.request(
                 "GET", path, params=params, accept=METADATA_LIST, timeout=60
@@ -358,9 +376,9 @@ class KindWatch:
                     retry_after=retry_after(resp.headers),
                 )
             for item in body.get("items") or ():
-                obj = self.store.slim(res, item)
-                if obj is not None:
-                    seen[obj["metadata"]["uid"]] = obj
+                entry = self.store.slim(res, item)
+                if entry is not None:
+                    seen[entry[3]] = entry
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
@@ -401,9 +419,9 @@ class KindWatch:
         rv = str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
         kind = event.get("type")
         if kind in ("ADDED", "MODIFIED"):
-            obj = self.store.slim(res, raw)
-            if obj is not None:
-                self.store.upsert(self.gk, obj)
+            entry = self.store.slim(res, raw)
+            if entry is not None:
+                self.store.upsert(self.gk, entry)
         elif kind == "DELETED" and isinstance(meta, dict):
             self.store.delete(self.gk, str(meta.get("uid") or ""))
         if rv:

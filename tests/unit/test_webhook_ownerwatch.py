@@ -24,7 +24,15 @@ from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, apply_patch, body, review
 from webhook.app import Admitter, Readiness, make_app
 from webhook.metrics import Metrics
-from webhook.ownerwatch import POD, KindWatch, OwnerStore, OwnerWatch, WatchState, owner_kinds
+from webhook.ownerwatch import (
+    POD,
+    KindWatch,
+    OwnerStore,
+    OwnerWatch,
+    WatchState,
+    expand,
+    owner_kinds,
+)
 from webhook.resolver import OwnerCache, Resolver
 
 Obj = dict[str, Any]
@@ -92,7 +100,8 @@ def test_an_entry_keeps_only_what_the_walk_reads() -> None:
     # PartialObjectMetadata carries its own apiVersion/kind: the resource's are kept.
     raw["apiVersion"], raw["kind"] = "meta.k8s.io/v1", "PartialObjectMetadata"
     slim = store.slim(resource(GroupKind("apps", "ReplicaSet"), "v1"), raw)
-    assert slim == {
+    assert slim is not None
+    assert expand(slim) == {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
@@ -128,7 +137,7 @@ def test_an_entry_keeps_only_what_the_walk_reads() -> None:
     )
     slim_dep = store.slim(resource(GroupKind("apps", "Deployment"), "v1"), dep)
     assert slim_dep is not None
-    assert slim_dep["metadata"]["annotations"] == {
+    assert expand(slim_dep)["metadata"]["annotations"] == {
         "aibom.dev/root": "DynamoComponentDeployment/c",
         "aibom.dev/rollup": "rolled-up",
         "aibom.dev/edge-proof": "p",
@@ -138,7 +147,7 @@ def test_an_entry_keeps_only_what_the_walk_reads() -> None:
         resource(DCD),
         mk("DynamoComponentDeployment", "x", annotations={"aibom.dev/edge-proof": "p"}),
     )
-    assert lone is not None and "annotations" not in lone["metadata"]
+    assert lone is not None and "annotations" not in expand(lone)["metadata"]
     assert store.slim(resource(DCD), {"metadata": {"name": "no-uid"}}) is None
     assert store.slim(resource(DCD), "not an object") is None
 
@@ -158,13 +167,13 @@ def test_a_relist_drops_what_is_gone_and_only_of_its_kind() -> None:
     store.upsert(GroupKind("apps", "Deployment"), d1)
     store.upsert(GroupKind("apps", "Deployment"), d2)
     store.upsert(GroupKind("apps", "ReplicaSet"), r1)
-    store.replace(GroupKind("apps", "Deployment"), {d2["metadata"]["uid"]: d2})
-    assert store.get(d1["metadata"]["uid"]) is None
-    assert store.get(d2["metadata"]["uid"]) is d2
-    assert store.get(r1["metadata"]["uid"]) is r1
+    store.replace(GroupKind("apps", "Deployment"), {d2[3]: d2})
+    assert store.get(d1[3]) is None
+    assert store.get(d2[3]) == expand(d2)
+    assert store.get(r1[3]) == expand(r1)
     assert len(store) == 2 and store.count(GroupKind("apps", "Deployment")) == 1
-    store.delete(GroupKind("apps", "ReplicaSet"), r1["metadata"]["uid"])
-    assert store.get(r1["metadata"]["uid"]) is None
+    store.delete(GroupKind("apps", "ReplicaSet"), r1[3])
+    assert store.get(r1[3]) is None
 
 
 async def test_a_depth4_walk_from_the_index_costs_no_get() -> None:
