@@ -9,6 +9,7 @@ late-adoption stamp fight).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any, cast
@@ -359,3 +360,25 @@ async def test_a_create_or_an_agreeing_update_is_never_walked_twice(fight: Fight
     assert ops == []
     assert fight.source.gets["DynamoComponentDeployment"] == 1
     assert fight.refreshed() is None
+
+
+def test_backoff_honours_retry_after_grows_with_jitter_and_is_capped() -> None:
+    watch = KindWatch(cast(Any, None), DCD, OwnerStore(KEYS), rand=lambda: 0.5)
+    assert watch.backoff_delay(7.0) == 7.0  # the server's Retry-After
+    assert watch.backoff_delay(600.0) == watch.backoff_cap
+    fresh = KindWatch(cast(Any, None), DCD, OwnerStore(KEYS), rand=lambda: 1.0)
+    delays = [fresh.backoff_delay() for _ in range(12)]
+    assert delays[0] == pytest.approx(0.24) and delays[1] == pytest.approx(0.48)
+    assert delays == sorted(delays) and max(delays) == fresh.backoff_cap
+
+
+async def test_readiness_stops_waiting_for_a_kind_that_never_lists() -> None:
+    """`wait_settled` returns once every kind synced or its sync timeout passed."""
+    watch = OwnerWatch(cast(Any, None), REG, KEYS, kinds=[DCD, DGD], sync_timeout=0.2)
+    synced = watch.watches[DCD]
+    synced.synced = True
+    synced._set(WatchState.WATCHING)
+    assert not watch.settled
+    await asyncio.wait_for(watch.wait_settled(), 5)
+    assert watch.settled and not watch.watches[DGD].trusted
+    assert "nvidia.com/DynamoComponentDeployment=synced" in watch.summary()
