@@ -32,6 +32,7 @@ from aibom_rollup.cli import (
     provenance_key_of,
     registry_of,
 )
+from aibom_rollup.heap import pin_malloc_thresholds
 from webhook.app import Admitter, Readiness, make_app
 from webhook.auth import AuthError, CallerAuth
 from webhook.guard import (
@@ -238,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
         )
     opt_in = (label_key.strip(), label_value.strip() if sep else "true")
     configure_logging(level=args.log_level, fmt=args.log_format)
+    if pin_malloc_thresholds():
+        log.debug("malloc thresholds pinned: large request bodies are unmapped when freed")
     try:
         reloader = CertReloader(
             args.cert_file,
