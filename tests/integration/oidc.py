@@ -58,19 +58,12 @@ class Refresh:
 
 
 class FakeIdP:
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        subject: str = "annotator",
-        client_id: str = "aibom-annotator",
-        client_secret: str = "not-a-secret",
-        lifetime: float = 15.0,
-    ) -> None:
-        self.subject = subject
-        self.client_id = client_id
-        self.client_secret = client_secret
-        self.lifetime = lifetime
+    subject = "annotator"  # the `sub` of every id_token
+    client_id = "aibom-annotator"  # also the tokens' `aud`
+    client_secret = "not-a-secret"
+
+    def __init__(self, directory: Path, *, lifetime: float = 15.0) -> None:
+        self.lifetime = lifetime  # of each id_token, in seconds
         self.kid = "test-key-1"
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._lock = threading.Lock()
@@ -78,6 +71,7 @@ class FakeIdP:
         self.refreshes: list[Refresh] = []
         self.requests: dict[str, int] = {}  # path -> count
         self.refusing = False  # answer every refresh invalid_grant (a revoked grant)
+        self.discovery_status = 200  # e.g. 503: the discovery document unavailable
         directory.mkdir(parents=True, exist_ok=True)
         ca = _CA.create("aibom-test-idp-ca")
         key, cert = ca.issue("127.0.0.1", server=True, ip_addresses=["127.0.0.1"])
@@ -108,6 +102,25 @@ class FakeIdP:
     def issuer(self) -> OidcIssuer:
         """What kube-apiserver is told to trust (the harness's `oidc=`)."""
         return OidcIssuer(url=self.url, ca_pem=self.ca_pem, audience=self.client_id)
+
+    def kubeconfig_user(
+        self, id_token: str, refresh_token: str, *, ca_data: bool = False
+    ) -> dict[str, Any]:
+        """A kubeconfig `user` with the `oidc` auth-provider, this IdP's CA as a file or data."""
+        ca = (
+            {"idp-certificate-authority-data": base64.b64encode(self.ca_pem).decode()}
+            if ca_data
+            else {"idp-certificate-authority": str(self.ca_file)}
+        )
+        config = {
+            "client-id": self.client_id,
+            "client-secret": self.client_secret,
+            "id-token": id_token,
+            "refresh-token": refresh_token,
+            "idp-issuer-url": self.url,
+            **ca,
+        }
+        return {"auth-provider": {"name": "oidc", "config": config}}
 
     # -- tokens --
 
@@ -228,7 +241,8 @@ def _handler(idp: FakeIdP) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self._count()
             if path == "/.well-known/openid-configuration":
-                self._answer(200, idp._discovery())
+                ok = idp.discovery_status == 200
+                self._answer(idp.discovery_status, idp._discovery() if ok else {"error": "down"})
             elif path == "/jwks":
                 self._answer(200, idp._jwks())
             else:

@@ -148,23 +148,13 @@ def idp(tmp_path: Path) -> Iterator[FakeIdP]:
         yield server
 
 
-def oidc_kubeconfig(tmp_path: Path, idp: FakeIdP, id_token: str, refresh_token: str) -> Path:
+def oidc_kubeconfig(
+    tmp_path: Path, idp: FakeIdP, id_token: str, refresh_token: str, *, ca_data: bool = False
+) -> Path:
     return kubeconfig(
         tmp_path,
         {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True},
-        {
-            "auth-provider": {
-                "name": "oidc",
-                "config": {
-                    "client-id": idp.client_id,
-                    "client-secret": idp.client_secret,
-                    "id-token": id_token,
-                    "refresh-token": refresh_token,
-                    "idp-issuer-url": idp.url,
-                    "idp-certificate-authority": str(idp.ca_file),
-                },
-            }
-        },
+        idp.kubeconfig_user(id_token, refresh_token, ca_data=ca_data),
     )
 
 
@@ -172,8 +162,9 @@ def test_an_oidc_id_token_is_refreshed_ahead_of_its_expiry(
     tmp_path: Path, idp: FakeIdP, clock: _Clock
 ) -> None:
     expired, refresh = idp.grant(lifetime=-30)
-    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, expired, refresh)), None)
-    # Expired in the kubeconfig: the library refreshed it at load (its CA file honoured).
+    path = oidc_kubeconfig(tmp_path, idp, expired, refresh, ca_data=True)
+    creds = _load_credentials(str(path), None)
+    # Expired in the kubeconfig: the library refreshed it at load (its inline CA honoured).
     assert [g.ok for g in idp.grants()] == [True] and creds.token != expired
     tokens = creds.tokens
     assert tokens is not None and tokens.token == creds.token
@@ -223,6 +214,20 @@ async def test_a_refused_oidc_refresh_is_counted_logged_and_retried_with_backoff
     assert [g.ok for g in idp.grants()] == [True, False, False, True]
     assert kube.token_refreshes == 1 and kube._token not in (None, creds.token)
     assert tokens.failures == 0 and tokens.retry_in() == 0.0
+
+
+def test_an_oidc_refresh_the_library_gives_up_silently_is_a_failure(
+    tmp_path: Path, idp: FakeIdP, clock: _Clock
+) -> None:
+    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
+    tokens = creds.tokens
+    assert tokens is not None
+    # The library returns without a word when discovery fails, keeping the old id-token.
+    idp.discovery_status = 503
+    clock.ahead = 61.0  # past the (60 s) token's expiry, on our clock
+    with pytest.raises(KubeError, match="the OIDC provider gave no new id-token"):
+        tokens.fetch()
+    assert tokens.failures == 1 and not tokens.due(force=True)
 
 
 def test_a_refused_oidc_refresh_at_start_is_a_clear_error(tmp_path: Path, idp: FakeIdP) -> None:
