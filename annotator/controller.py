@@ -112,6 +112,7 @@ class Controller:
         self.metrics.watch_client(
             lambda: dict(getattr(kube, "throttled", {})),
             lambda: int(getattr(kube, "token_refreshes", 0)),
+            lambda: int(getattr(kube, "token_refresh_failures", 0)),
         )
         self.state = ClusterState(
             settings.registry,

@@ -36,9 +36,15 @@ class _RequestCounter(Collector):
 
 
 class _ClientCounters(Collector):
-    def __init__(self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]):
+    def __init__(
+        self,
+        throttled: Callable[[], dict[str, int]],
+        refreshes: Callable[[], int],
+        failures: Callable[[], int] = lambda: 0,
+    ):
         self._throttled = throttled
         self._refreshes = refreshes
+        self._failures = failures
 
     def collect(self) -> list[Metric]:
         retries = CounterMetricFamily(
@@ -53,7 +59,14 @@ class _ClientCounters(Collector):
             "Times the API token changed on refresh (exec plugin, OIDC, projected token file).",
         )
         refreshed.add_metric([], self._refreshes())
-        return [retries, refreshed]
+        failed = CounterMetricFamily(
+            "aibom_annotator_credential_refresh_failures",
+            "Refreshes of the API token that failed (the plugin or the OIDC provider refused, "
+            "or gave an expired token); the old token is kept and the refresh retried with "
+            "backoff.",
+        )
+        failed.add_metric([], self._failures())
+        return [retries, refreshed, failed]
 
 
 class Metrics:
@@ -210,7 +223,11 @@ class Metrics:
         self.registry.register(_RequestCounter(source))
 
     def watch_client(
-        self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]
+        self,
+        throttled: Callable[[], dict[str, int]],
+        refreshes: Callable[[], int],
+        failures: Callable[[], int] = lambda: 0,
     ) -> None:
-        """The client's own counters: retries after 429/Retry-After, token refreshes."""
-        self.registry.register(_ClientCounters(throttled, refreshes))
+        """The client's own counters: retries after 429/Retry-After, token refreshes (and
+        failed ones)."""
+        self.registry.register(_ClientCounters(throttled, refreshes, failures))

@@ -1075,6 +1075,43 @@ class _Ports:
         return cls(a, b, c, d)
 
 
+@dataclass(frozen=True)
+class OidcIssuer:
+    """A JWT issuer kube-apiserver trusts (`ControlPlane(oidc=...)`), e.g. a test's IdP.
+
+    Written as structured authentication (`--authentication-config`,
+    apiserver.config.k8s.io/v1): the issuer `url` (https) must equal the
+    tokens' `iss` and its discovery's `issuer`; `ca_pem` verifies its TLS;
+    `audience` is the client id; the username is `username_prefix` + the
+    `username_claim`. The harness's client certificates and ServiceAccount
+    tokens keep working beside it.
+    """
+
+    url: str
+    ca_pem: bytes
+    audience: str
+    username_claim: str = "sub"
+    username_prefix: str = "oidc:"
+
+    def authentication_config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AuthenticationConfiguration",
+            "jwt": [
+                {
+                    "issuer": {
+                        "url": self.url,
+                        "certificateAuthority": self.ca_pem.decode(),
+                        "audiences": [self.audience],
+                    },
+                    "claimMappings": {
+                        "username": {"claim": self.username_claim, "prefix": self.username_prefix}
+                    },
+                }
+            ],
+        }
+
+
 @dataclass(eq=False)  # identity semantics: hashable, kept in a WeakSet
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
@@ -1098,6 +1135,8 @@ class ControlPlane:
     admission_config_file: Path | None = None
     #: Also run the real LeaderWorkerSet controller (:meth:`start_lws`) once started.
     lws: bool = False
+    #: Trust this OIDC issuer's JWTs too (structured authentication), opt-in.
+    oidc: OidcIssuer | None = None
 
     server: str = field(init=False, default="")
     kubeconfig: Path = field(init=False, default=Path())
@@ -1293,6 +1332,11 @@ class ControlPlane:
                 "--v=1",
                 *self.extra_apiserver_args,
                 *(
+                    [f"--authentication-config={_write(pki / 'authn.json', authn, 0o644)}"]
+                    if (authn := self._oidc_config())
+                    else []
+                ),
+                *(
                     [f"--admission-control-config-file={self.admission_config_file}"]
                     if self.admission_config_file is not None
                     else []
@@ -1337,6 +1381,9 @@ class ControlPlane:
             self._controller_manager_ready,
             self.startup_timeout,
         )
+
+    def _oidc_config(self) -> bytes:
+        return json.dumps(self.oidc.authentication_config()).encode() if self.oidc else b""
 
     def _wait(self, proc: _Process, what: str, ready: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
