@@ -19,6 +19,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY aibom_core/ aibom_core/
+COPY aibom_edge/ aibom_edge/
 COPY aibom_rollup/ aibom_rollup/
 COPY webhook/ webhook/
 COPY annotator/ annotator/

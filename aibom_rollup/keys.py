@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from aibom_core import jsf
-from aibom_rollup.cli import UsageError, _write_atomic
+from aibom_edge.files import write_atomic
+from aibom_edge.options import UsageError
 from aibom_rollup.verify import keys_of_text
 
 NAMESPACE = "aibom-system"
@@ -207,7 +208,7 @@ def _sign(args: argparse.Namespace) -> int:
             raise UsageError(f"{path}: not a CycloneDX document")
         signed.append((Path(path), jsf.dumps(jsf.sign(doc, key))))
     for path, data in signed:  # all read and signed first: no half-signed set
-        _write_atomic(path, data)
+        write_atomic(path, data)
     print(
         f"aibom-rollup keys: signed {len(signed)} document(s) with key {key.kid}", file=sys.stderr
     )

@@ -36,17 +36,17 @@ from aibom_core.kindnames import Target, TargetError, parse_target
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
 from aibom_core.walk import Rollup
-from aibom_rollup import render
-from aibom_rollup.cli import (
+from aibom_edge.kube import Kube, KubeError
+from aibom_edge.options import (
     UsageError,
     add_core_options,
     keys_of,
     max_depth_of,
-    read_dump,
     registry_of,
     tool_version,
 )
-from aibom_rollup.kube import Kube, KubeError
+from aibom_rollup import render
+from aibom_rollup.cli import read_dump
 from aibom_rollup.sources import Doc, DumpSource, LiveSource, Source, SourceError
 
 PROG = "kubectl aibom"

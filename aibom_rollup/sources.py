@@ -36,7 +36,7 @@ from aibom_core.rollup import (
     unpack,
 )
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
-from aibom_rollup.kube import ApiResource, Kube, KubeError
+from aibom_edge.kube import ApiResource, Kube, KubeError
 
 REPLICA_SET = GroupKind("apps", "ReplicaSet")
 CONFIG_MAP = GroupKind("", "ConfigMap")

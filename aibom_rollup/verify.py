@@ -45,7 +45,7 @@ import yaml
 
 from aibom_core import jsf
 from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
-from aibom_rollup.cli import UsageError
+from aibom_edge.options import UsageError
 
 MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=aibom-rollup"
 # A ConfigMap holds at most 1 MiB; its gzip cannot honestly expand past this.
@@ -262,7 +262,7 @@ def _message(body: Any) -> str:
 async def _from_cluster(
     args: argparse.Namespace, *, want_docs: bool, want_keys: bool
 ) -> tuple[list[dict[str, Any]], jsf.KeySet | None, str]:
-    from aibom_rollup.kube import Kube, KubeError
+    from aibom_edge.kube import Kube, KubeError
 
     scope = "all namespaces"
     try:

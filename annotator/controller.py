@@ -33,7 +33,7 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
-from aibom_rollup.kube import ApiResource, Kube, KubeError
+from aibom_edge.kube import ApiResource, Kube, KubeError
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
 from annotator.configmap import (
     FOREIGN_DATA,

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj, metadata
-from aibom_rollup.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
+from aibom_edge.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
 
 log = logging.getLogger("annotator.informer")
 

@@ -25,7 +25,9 @@ import os
 import signal
 import socket
 
-from aibom_rollup.cli import (
+from aibom_edge.kube import Kube, KubeError
+from aibom_edge.logs import FORMATS
+from aibom_edge.options import (
     UsageError,
     add_core_options,
     keys_of,
@@ -33,8 +35,6 @@ from aibom_rollup.cli import (
     registry_of,
     tool_version,
 )
-from aibom_rollup.kube import Kube, KubeError
-from aibom_rollup.logs import FORMATS
 from annotator import logs
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aibom_core import jsf
-from aibom_rollup.kube import Kube
+from aibom_edge.kube import Kube
 from annotator.writer import WriteError
 
 log = logging.getLogger("annotator")

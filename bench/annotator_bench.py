@@ -58,7 +58,7 @@ from aibom_core.graph import OwnershipGraph  # noqa: E402
 from aibom_core.kinds import default_registry  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
-from aibom_rollup.kube import Kube  # noqa: E402
+from aibom_edge.kube import Kube  # noqa: E402
 from tests.controlplane import ControlPlane, child_env  # noqa: E402
 
 Obj = dict[str, Any]

@@ -24,8 +24,8 @@ from aiohttp import web
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
-from aibom_rollup import logs
-from aibom_rollup.cli import (
+from aibom_edge import logs
+from aibom_edge.options import (
     UsageError,
     add_core_options,
     keys_of,
@@ -273,7 +273,7 @@ async def _main(
     opt_in: tuple[str, str],
     auth: CallerAuth | None = None,
 ) -> int:
-    from aibom_rollup.kube import Kube, KubeError
+    from aibom_edge.kube import Kube, KubeError
 
     async with contextlib.AsyncExitStack() as stack:
         try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from aibom_rollup.kube import Credentials, Kube
+from aibom_edge.kube import Credentials, Kube
 
 
 @dataclass

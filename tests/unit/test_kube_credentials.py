@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aibom_rollup.kube import Kube, _load_credentials
+from aibom_edge.kube import Kube, _load_credentials
 
 
 def kubeconfig(tmp_path: Path, cluster: dict[str, object], user: dict[str, object]) -> Path:
