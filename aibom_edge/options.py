@@ -12,7 +12,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 from aibom_core.kinds import KindRegistry, RegistryError, default_registry, registry_from_config
-from aibom_core.provenance import ProvenanceKeyError, load_key
+from aibom_core.provenance import ProvenanceKeyError, parse_key
 from aibom_core.stamp import DEFAULT_PREFIX, Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH
 
@@ -61,8 +61,17 @@ def provenance_key_of(args: argparse.Namespace) -> bytes | None:
     path = getattr(args, "provenance_key", None)
     if not path:
         return None
+    return load_provenance_key(path)
+
+
+def load_provenance_key(path: str | Path) -> bytes:
+    """The edge-proof key in the file at `path`; UsageError when unreadable or not a key."""
     try:
-        return load_key(path)
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --provenance-key {path}: {exc.strerror}") from None
+    try:
+        return parse_key(data, source=f"--provenance-key {path}")
     except ProvenanceKeyError as exc:
         raise UsageError(str(exc)) from None
 

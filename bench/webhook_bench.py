@@ -57,8 +57,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aibom_core.objects import controller_ref, ref_of  # noqa: E402
-from aibom_core.provenance import load_key, new_key_text, proof_for  # noqa: E402
+from aibom_core.provenance import proof_for  # noqa: E402
 from aibom_core.stamp import Keys  # noqa: E402
+from aibom_edge.options import load_provenance_key  # noqa: E402
+from certs.pki import new_key_text  # noqa: E402
 from tests.controlplane import ControlPlane, child_env  # noqa: E402
 from tests.integration.test_webhook import (  # noqa: E402
     Webhook,
@@ -226,7 +228,7 @@ def cpu_seconds(pid: int) -> float:
 
 def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
     """Write the edge-proof each owner would have got from the webhook at admission."""
-    key = load_key(key_file)
+    key = load_provenance_key(key_file)
     keys = Keys()
     for obj in owners:
         owner = controller_ref(obj)

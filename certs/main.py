@@ -24,10 +24,17 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aibom_core.provenance import new_key_text
 from aibom_edge.files import write_atomic
 from aibom_edge.options import UsageError
-from certs.pki import KeyPair, PkiError, issue_serving, load_pair, new_ca, service_dns_names
+from certs.pki import (
+    KeyPair,
+    PkiError,
+    issue_serving,
+    load_pair,
+    new_ca,
+    new_key_text,
+    service_dns_names,
+)
 from certs.webhookconfig import DEFAULT_NAMESPACE, ConfigError, ca_bundle, fill
 
 # The shipped webhook configuration, packaged with the command so `certs` works

@@ -9,14 +9,18 @@ https://127.0.0.1:PORT/mutate.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
+import secrets
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from aibom_core.provenance import KEY_BYTES
 
 # Certificates are valid from a little before `now`: clocks of the API server
 # and the machine that made them are rarely in perfect step.
@@ -154,3 +158,8 @@ def load_pair(cert_pem: bytes, key_pem: bytes) -> KeyPair:
     if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
         raise PkiError("the CA key does not match the CA certificate")
     return KeyPair(key, cert)
+
+
+def new_key_text() -> bytes:
+    """A fresh edge-proof key as the file `certs` writes: base64 of 32 random bytes, newline."""
+    return base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n"
