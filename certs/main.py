@@ -38,9 +38,9 @@ from certs.pki import (
 from certs.webhookconfig import DEFAULT_NAMESPACE, ConfigError, ca_bundle, fill
 
 # The shipped webhook configuration, packaged with the command so `certs` works
-# from an installed package or the image too. A copy of
+# from an installed package or the image too: a symbolic link to
 # manifests/webhook/mutatingwebhook.yaml (kustomize cannot read outside its
-# folder); tests/unit/test_certs.py fails if the two differ.
+# folder, so the file lives there; building the package copies its content).
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "templates" / "mutatingwebhook.yaml"
 
 
