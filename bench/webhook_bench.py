@@ -42,7 +42,6 @@ import os
 import shutil
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,12 +55,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from webhook_process import start_webhook  # noqa: E402
+
 from aibom_core.objects import controller_ref, ref_of  # noqa: E402
 from aibom_core.provenance import proof_for  # noqa: E402
 from aibom_core.stamp import Keys  # noqa: E402
 from aibom_edge.options import load_provenance_key  # noqa: E402
 from certs.pki import new_key_text  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from tests.controlplane import ControlPlane, owner_reference  # noqa: E402
 from tests.integration.test_webhook import (  # noqa: E402
     Webhook,
     apply,
@@ -113,16 +114,7 @@ def review_body(obj: dict[str, Any], ns: str) -> bytes:
 def pod(ns: str, name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {"app": "bench"}}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+        meta["ownerReferences"] = [owner_reference(owner)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -339,44 +331,9 @@ def main() -> int:
                 ),
             )
             # Pinned to one core, at WARNING (no per-review log line).
-            hook_args = hook.args
-            proc = subprocess.Popen(
-                [
-                    *pin,
-                    sys.executable,
-                    "-m",
-                    "aibom_rollup",
-                    "webhook",
-                    "--cert-file",
-                    str(hook.dir / "tls.crt"),
-                    "--key-file",
-                    str(hook.dir / "tls.key"),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(hook.port),
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--log-level",
-                    "warning",
-                    *hook_args,
-                ],
-                cwd=REPO,
-                env=child_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
-            )
-            hook.proc = proc
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if hook.request("GET", "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-                time.sleep(0.2)
+            log = start_webhook(hook, prefix=pin)
+            proc = hook.proc
+            assert proc is not None
             url = f"https://127.0.0.1:{hook.port}/mutate"
             ctx = hook.ssl_context()
             scenarios: list[tuple[str, list[bytes], float | None, int]] = []
@@ -474,16 +431,13 @@ def main() -> int:
                             f"{'with webhook' if registered else 'no webhook'}"
                         )
                         runs = []
+                        labels = {
+                            "kind": "Pod",
+                            "operation": "CREATE",
+                            "result": "uncovered" if owner is None else "rolled-up",
+                        }
                         for _ in range(args.runs):
-                            a0 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a0 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r = asyncio.run(
                                 drive(
                                     poster(base),
@@ -494,15 +448,7 @@ def main() -> int:
                                     concurrency=4,
                                 )
                             )
-                            a1 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a1 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r["webhook_calls_per_create"] = (a1 - a0) / max(r["n"] + 4, 1)
                             runs.append(r)
                         results[name] = summarise(runs)
@@ -511,6 +457,7 @@ def main() -> int:
                         hook.unregister(kubectl)
                         time.sleep(2)
             hook.stop()
+            log.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

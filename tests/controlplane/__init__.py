@@ -701,6 +701,19 @@ def _free_port() -> int:
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference a controller writes on a child of ``owner``
+    (the demo, the benchmarks and the tests make their ownership chains with it)."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a control-plane process or a client of it.
 
