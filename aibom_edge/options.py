@@ -8,13 +8,20 @@ through these functions, so a flag means the same thing in every process.
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable, Sequence
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+from typing import TypeVar
 
 from aibom_core.kinds import KindRegistry, RegistryError, default_registry, registry_from_config
 from aibom_core.provenance import ProvenanceKeyError, parse_key
 from aibom_core.stamp import DEFAULT_PREFIX, Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH
+from aibom_edge.logs import FORMATS
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_N = TypeVar("_N", int, float)
 
 
 class UsageError(Exception):
@@ -102,3 +109,103 @@ def max_depth_of(args: argparse.Namespace) -> int:
     if not 1 <= depth <= 64:
         raise UsageError(f"--max-depth must be between 1 and 64, got {depth}")
     return depth
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    return _positive(value, text)
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    return _positive(value, text)
+
+
+def _positive(value: _N, text: str) -> _N:
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def add_cluster_options(group: argparse._ArgumentGroup) -> None:
+    """--kubeconfig and --context, as the webhook and the annotator read them."""
+    group.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, else the in-cluster "
+        "service account)",
+    )
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+
+
+def add_log_options(
+    group: argparse._ArgumentGroup,
+    *,
+    formats: Sequence[str] = FORMATS,
+    level_help: str = "(default: %(default)s)",
+) -> None:
+    """--log-level and --log-format (`aibom_edge.logs.configure` takes both)."""
+    group.add_argument("--log-level", choices=LOG_LEVELS, default="info", help=level_help)
+    group.add_argument(
+        "--log-format",
+        choices=tuple(formats),
+        default="json",
+        help=f"log line format: {', '.join(formats)} (default: %(default)s)",
+    )
+
+
+def read_input(path: str) -> bytes:
+    """The bytes of FILE, or of stdin for `-`; UsageError when unreadable."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+
+
+def exit_code(
+    call: Callable[[], int],
+    *,
+    prefix: str,
+    debug: bool,
+    failures: tuple[type[Exception], ...] = (),
+    interrupted: str | None = "interrupted",
+) -> int:
+    """Run a command; map what it raises to an exit code and one line on stderr.
+
+    UsageError: 2; one of `failures` (the cluster could not answer, ...): 1;
+    Ctrl-C: 130; a closed pipe: 0; anything else is a bug: 1 with a request to
+    report it (the traceback with --debug).
+    """
+    try:
+        return call()
+    except UsageError as exc:
+        print(f"{prefix}error: {exc}", file=sys.stderr)
+        return 2
+    except failures as exc:
+        print(f"{prefix}error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if interrupted:
+            print(f"{prefix}{interrupted}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if debug:
+            raise
+        print(
+            f"{prefix}error: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
+            "for a traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1

@@ -46,6 +46,7 @@ from aibom_edge.options import (
     UsageError,
     add_core_options,
     add_provenance_key_option,
+    exit_code,
     keys_of,
     max_depth_of,
     provenance_key_of,
@@ -479,26 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args, sys.stdout)
-        return code
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:
-        if args.debug:
-            raise
-        print(
-            f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
-            "for a traceback, and please report it)",
-            file=sys.stderr,
-        )
-        return 1
+    return exit_code(lambda: int(args.func(args, sys.stdout)), prefix=f"{PROG}: ", debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from aibom_edge.kube import Kube, KubeError
 from aibom_edge.options import (
     UsageError,
     add_core_options,
+    exit_code,
     keys_of,
     max_depth_of,
     registry_of,
@@ -493,27 +494,13 @@ def hoist(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(hoist(sys.argv[1:] if argv is None else argv))
-    try:
-        return asyncio.run(_run(args, sys.stdout))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (NotFound, SourceError, KubeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:
-        if args.debug:
-            raise
-        print(
-            f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a "
-            "traceback, and please report it)",
-            file=sys.stderr,
-        )
-        return 1
+    return exit_code(
+        lambda: asyncio.run(_run(args, sys.stdout)),
+        prefix="",
+        debug=args.debug,
+        failures=(NotFound, SourceError, KubeError),
+        interrupted=None,
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ from aibom_core.stamp import Keys
 from aibom_edge import logs
 from aibom_edge.options import (
     UsageError,
+    add_cluster_options,
     add_core_options,
+    add_log_options,
     keys_of,
     provenance_key_of,
     registry_of,
@@ -63,10 +65,6 @@ from webhook.resolver import (
 from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
 
 log = logging.getLogger("webhook")
-
-
-def configure_logging(*, level: str, fmt: str) -> None:
-    logs.configure(level=level, fmt=fmt)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -128,13 +126,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="open connections at most; a new one evicts the one waiting longest for request "
         f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
-    api = p.add_argument_group("Kubernetes API")
-    api.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
-    )
-    api.add_argument("--context", help="kubeconfig context (default: its current context)")
+    add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
     walk.add_argument(
         "--walk-deadline",
@@ -192,18 +184,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "a namespace guarded (default aibom.dev/enabled=true)",
     )
     add_core_options(p)
-    logs = p.add_argument_group("logging")
-    logs.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="default info: one line per unresolved (kind, reason), debug: one per review",
-    )
-    logs.add_argument(
-        "--log-format",
-        default="json",
-        choices=["json", "logfmt"],
-        help="JSON lines (default), or key=value (logfmt)",
+    add_log_options(
+        p.add_argument_group("logging"),
+        formats=("json", "logfmt"),
+        level_help="default info: one line per unresolved (kind, reason), debug: one per review",
     )
 
 
@@ -237,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
         )
     opt_in = (label_key.strip(), label_value.strip() if sep else "true")
-    configure_logging(level=args.log_level, fmt=args.log_format)
+    logs.configure(level=args.log_level, fmt=args.log_format)
     try:
         reloader = CertReloader(
             args.cert_file,
