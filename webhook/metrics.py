@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from aibom_edge.metrics import unresolved_counter
+
 # Sub-millisecond buckets: the goal for an ownerless review is p99 <= 2 ms.
 LATENCY_BUCKETS = (
     0.00025,
@@ -54,12 +56,10 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.unresolved = Counter(
-            "aibom_rollup_unresolved_total",
+        self.unresolved = unresolved_counter(
+            r,
             "Walks that failed before reaching a tracked ancestor, by the admitted "
             "object's kind and the failure reason.",
-            ["kind", "reason"],
-            registry=r,
         )
         self.errors = Counter(
             "aibom_webhook_errors_total",
