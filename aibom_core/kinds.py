@@ -73,7 +73,7 @@ walkOnly:
   - {group: grove.io, kind: PodCliqueSet}
   - {group: grove.io, kind: PodCliqueScalingGroup}
   - {group: grove.io, kind: PodClique}
-  # Chains the design does not list but real clusters have (ARCHITECTURE.md):
+  # Chains the design does not list but real clusters have (docs/architecture.md):
   # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet. Walked,
   # never reported.
   - {group: disaggregatedset.x-k8s.io, kind: DisaggregatedSet}
@@ -226,7 +226,7 @@ def parse_registry(text: str, *, source: str = "kinds config") -> tuple[KindRegi
 
 
 def default_registry() -> KindRegistry:
-    """The built-in registry: every kind ARCHITECTURE.md names."""
+    """The built-in registry: every kind docs/architecture.md names."""
     registry, _ = parse_registry(DEFAULT_KINDS_YAML, source="built-in kinds")
     return registry
 

@@ -1,4 +1,4 @@
-"""Ownership provenance (issue 12): which controller edges count. Pure.
+"""Ownership provenance: which controller edges count. Pure.
 
 The rule: a controller ownerReference (child -> owner) is an edge of the
 roll-up only if whoever added or changed it may `update` the owner's

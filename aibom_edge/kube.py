@@ -609,7 +609,7 @@ class Kube:
         # 429 / 5xx: the API did not give an answer in time.
         return Fetched(failure=Reason.TIMEOUT)
 
-    # -- provenance (issue 12): what the webhook's edge check reads -----------
+    # -- provenance: what the webhook's edge check reads -----------
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
         """The plural resource of the owner's kind (None: not served)."""

@@ -103,7 +103,7 @@ def read_dump(paths: Sequence[str]) -> Dump:
 
 
 def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
-    # Offline provenance (issue 12): a dump says nothing about who wrote an
+    # Offline provenance: a dump says nothing about who wrote an
     # ownerReference; the webhook's edge-proof is the only evidence that can
     # be checked after the fact. With --provenance-key, only edges whose proof
     # verifies count (an auditor's view: nothing is absorbed on the say-so of

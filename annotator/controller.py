@@ -58,7 +58,7 @@ from annotator.writer import NotLeader, WriteError, Writer
 log = logging.getLogger("annotator")
 
 STAMP_MODES = ("opted-in", "all", "off")
-GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding (issue 12)
+GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Settings:
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
     watch_idle_timeout: float = 90.0
-    # Provenance (issue 12): the webhook's edge-proof key; trust every edge instead.
+    # Provenance: the webhook's edge-proof key; trust every edge instead.
     provenance_key: bytes | None = None
     trust_owner_references: bool = False
     signing: Signing | None = None  # sign every document (annotator.signing)
@@ -351,7 +351,7 @@ class Controller:
     # -- discovery supervisor --------------------------------------------------------------
 
     async def check_guard(self) -> None:
-        """Whether the guard's ValidatingAdmissionPolicyBinding exists (issue 12); report
+        """Whether the guard's ValidatingAdmissionPolicyBinding exists; report
         opted-in namespaces whose guard is opted out, and count unproven edges."""
         try:
             exists = await self.kube.binding_exists(GUARD_BINDING, timeout=10)

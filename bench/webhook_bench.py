@@ -18,7 +18,7 @@ Latency is measured by the client (request written -> response read), so it
 includes TLS and HTTP on both sides. API GETs per admission come from the
 webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
 
-Provenance (issue 12): every run checks the Pod's own edge with a
+Provenance: every run checks the Pod's own edge with a
 SubjectAccessReview (the review's userInfo is the ReplicaSet controller's
 ServiceAccount, which may update replicasets/finalizers) and the hops above
 with the owners' edge-proofs (written here with the webhook's key, as the

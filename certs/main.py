@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     write_atomic(out / "tls.key", serving.key_pem, mode=0o600)
     write_atomic(out / "tls.crt", serving.cert_pem, mode=0o644)
     written = ["ca.crt", "tls.crt", "tls.key"] + (["ca.key"] if made else [])
-    # The edge-proof key (issue 12): made once, never replaced (a new key
+    # The edge-proof key: made once, never replaced (a new key
     # would invalidate every proof already written).
     if not (out / "provenance.key").exists():
         write_atomic(out / "provenance.key", new_key_text(), mode=0o600)

@@ -1,6 +1,6 @@
 """The webhook's Prometheus collectors, on a registry of their own (one per app).
 
-Names follow ARCHITECTURE.md: `aibom_rollup_unresolved_total{kind,reason}` is
+Names follow docs/webhook.md: `aibom_rollup_unresolved_total{kind,reason}` is
 shared with the annotator; the rest are `aibom_webhook_*`. Label values are
 bounded: kinds come from the kind registry (the webhook only stamps known
 kinds), reasons and results are enums.
@@ -83,7 +83,7 @@ class Metrics:
         )
         self.provenance_checks = Counter(
             "aibom_webhook_provenance_checks_total",
-            "Checks of an object's own controller edge (issue 12): `allowed`, `denied` "
+            "Checks of an object's own controller edge: `allowed`, `denied` "
             "(not followed, stamped unproven), `error` (review failed or timed out: "
             "stamped unproven, reason Unchecked), `kept` (an UPDATE keeping the reference: "
             "oldObject's verdict, no review).",

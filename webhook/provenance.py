@@ -1,4 +1,4 @@
-"""The webhook's half of ownership provenance (issue 12): who may set an edge.
+"""The webhook's half of ownership provenance: who may set an edge.
 
 For an object's own controller edge, the webhook asks the API server, with a
 SubjectAccessReview built from the admission request's `userInfo` (username,

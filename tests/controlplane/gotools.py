@@ -1,4 +1,4 @@
-"""helm and promtool, built from their Go modules like the control plane (issue 19).
+"""helm and promtool, built from their Go modules like the control plane.
 
 Each tool has its own Go module beside the control plane's (``helm/go.mod``,
 ``promtool/go.mod``, each with a ``tool`` directive and a complete, committed
