@@ -702,7 +702,6 @@ _KSERVE_RUNTIMES = {
     "kserve-tritonserver": "triton",
     "kserve-mlserver": "mlserver",
 }
-KSERVE_MODEL_MOUNT = "/mnt/models"  # where the storage initializer puts the model
 
 
 def kserve_storage(uri: str, ptr: str) -> tuple[ModelDecl, Volume | None]:

@@ -19,12 +19,11 @@ only a document too big for a ConfigMap is compressed off the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +150,6 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        self.first_synced_at: float | None = None
         self.reconciles = 0
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
         # The last verdict on each root (current-state gauges; the leader's view).
@@ -320,7 +318,6 @@ class Controller:
             if informer is None or not informer.settled:
                 return
         self.state.bulk = False
-        self.first_synced_at = time.monotonic()
         self.synced.set()
         self.metrics.ready.set(1)
         log.info(
@@ -892,20 +889,3 @@ class Controller:
             return
         self._logged.add(marker)
         log.warning(msg, extra=fields)
-
-
-async def run_until(
-    controller: Controller,
-    stop: asyncio.Event,
-    *,
-    on_started: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Start, wait for `stop`, shut down gracefully."""
-    await controller.start()
-    if on_started is not None:
-        await on_started()
-    try:
-        await stop.wait()
-    finally:
-        with contextlib.suppress(Exception):
-            await controller.stop()

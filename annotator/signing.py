@@ -153,11 +153,6 @@ async def publish(kube: Kube, key: jsf.SigningKey, namespace: str, name: str) ->
     raise WriteError(f"publish {namespace}/{name}", 409, "the ConfigMap kept changing")
 
 
-def describe(signing: Signing) -> dict[str, Any]:
-    where = "/".join(signing.keys_configmap) if signing.keys_configmap else None
-    return {"kid": signing.key.kid, "algorithm": signing.key.algorithm, "keys_configmap": where}
-
-
 def configure_parser(p: argparse.ArgumentParser) -> None:
     """The annotator's signing flags, in their own group."""
     g = p.add_argument_group(
