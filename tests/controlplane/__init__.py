@@ -701,6 +701,17 @@ def _free_port() -> int:
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
+def _status_of_get(conn: http.client.HTTPConnection, path: str) -> int:
+    """The status of `GET path` on `conn` (closed afterwards)."""
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+    finally:
+        conn.close()
+    return resp.status
+
+
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     """The controller ownerReference a controller writes on a child of ``owner``
     (the demo, the benchmarks and the tests make their ownership chains with it)."""
@@ -979,13 +990,7 @@ class LwsController:
 
     def ready(self) -> bool:
         conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=2)
-        try:
-            conn.request("GET", "/readyz")
-            resp = conn.getresponse()
-            resp.read()
-        finally:
-            conn.close()
-        return resp.status == 200
+        return _status_of_get(conn, "/readyz") == 200
 
     def workers_started(self) -> bool:
         """Its LeaderWorkerSet and Pod controllers logged ``Starting workers``."""
@@ -1351,13 +1356,7 @@ class ControlPlane:
         conn = http.client.HTTPSConnection(
             "127.0.0.1", self.ports.controller_manager, timeout=2, context=ctx
         )
-        try:
-            conn.request("GET", "/healthz")
-            resp = conn.getresponse()
-            resp.read()
-        finally:
-            conn.close()
-        if resp.status != 200:
+        if _status_of_get(conn, "/healthz") != 200:
             return False
         # Proof that the controllers run: the serviceaccount controller made this.
         return (
