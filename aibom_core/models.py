@@ -137,16 +137,8 @@ class ModelFinding:
         source: Source = Source.SPEC,
     ) -> ModelFinding:
         """A place that configures a model whose identity cannot be read there."""
-        return cls(
-            id=None,
-            revision=None,
-            confidence=Confidence.UNRESOLVED,
-            source=source,
-            pointer=pointer,
-            via=via,
-            reason=reason,
-            detail=detail,
-        )
+        # id None: a model is configured there, its value cannot be read.
+        return cls(None, None, Confidence.UNRESOLVED, source, pointer, via, reason, detail=detail)
 
 
 def is_sidecar(name: str, image: str) -> bool:
