@@ -135,6 +135,17 @@ def _positive(value: _N, text: str) -> _N:
     return value
 
 
+def command_parser(
+    prog: str, *, description: str | None, epilog: str
+) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction[argparse.ArgumentParser]]:
+    """A console script's parser (--version, --debug) and its required subcommands."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    parser.add_argument("--version", action="version", version=f"{prog} {tool_version()}")
+    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    return parser, sub
+
+
 def add_cluster_options(group: argparse._ArgumentGroup) -> None:
     """--kubeconfig and --context, as the webhook and the annotator read them."""
     group.add_argument(

@@ -46,6 +46,7 @@ from aibom_edge.options import (
     UsageError,
     add_core_options,
     add_provenance_key_option,
+    command_parser,
     exit_code,
     keys_of,
     max_depth_of,
@@ -370,16 +371,13 @@ _PLUGINS: dict[str, tuple[Callable[[], ModuleType], str, str]] = {
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
+    parser, sub = command_parser(
+        PROG,
         description="One AI workload, one AIBOM: resolve every object's root by walking "
         "UID-checked controller ownerReferences, and keep one CycloneDX AIBOM per root.",
         epilog="Offline: kubectl get deploy,sts,ds,rs,job,cronjob,pod,lws,dgd,dcd,nimservice "
         "-A -o json | aibom-rollup scan",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {tool_version()}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     scan = sub.add_parser(
         "scan",

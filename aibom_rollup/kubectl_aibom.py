@@ -40,6 +40,7 @@ from aibom_edge.kube import Kube, KubeError
 from aibom_edge.options import (
     UsageError,
     add_core_options,
+    command_parser,
     exit_code,
     keys_of,
     max_depth_of,
@@ -87,15 +88,12 @@ def _common() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
-        prog=PROG,
+    parser, sub = command_parser(
+        PROG,
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         epilog="Exit codes: 0 success, 1 not found or the cluster could not answer, "
         "2 usage error. See `kubectl aibom COMMAND --help`.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {tool_version()}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     ex = sub.add_parser(
         "explain",
