@@ -21,6 +21,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
@@ -191,23 +192,34 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
 
 
+class Limits(BaseModel):
+    """The bounds of the webhook's numeric flags (field `walk_deadline` is `--walk-deadline`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    port: int = Field(gt=0, lt=65536)
+    walk_deadline: float = Field(gt=0, le=30)
+    owner_cache_ttl: float = Field(ge=0)
+    owner_cache_size: int = Field(ge=1)
+    cert_check_interval: float = Field(gt=0)
+    shutdown_grace: float = Field(ge=0)
+    max_depth: int = Field(ge=1, le=64)
+    header_timeout: float = Field(gt=0, le=60)
+    body_timeout: float = Field(gt=0, le=60)
+    max_connections: int = Field(ge=1)
+    sar_cache_ttl: float = Field(ge=0)
+    sar_cache_size: int = Field(ge=1)
+
+
 def _validate(args: argparse.Namespace) -> None:
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be 1-65535, got {args.port}")
-    if not 0 < args.walk_deadline <= 30:
-        raise UsageError(f"--walk-deadline must be in (0, 30] seconds, got {args.walk_deadline}")
-    if args.owner_cache_ttl < 0 or args.owner_cache_size < 1:
-        raise UsageError("--owner-cache-ttl must be >= 0 and --owner-cache-size >= 1")
-    if args.cert_check_interval <= 0 or args.shutdown_grace < 0:
-        raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
-    if not 1 <= args.max_depth <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
-    if not (0 < args.header_timeout <= 60 and 0 < args.body_timeout <= 60):
-        raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
-    if args.max_connections < 1:
-        raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
-    if args.sar_cache_ttl < 0 or args.sar_cache_size < 1:
-        raise UsageError("--sar-cache-ttl must be >= 0 and --sar-cache-size >= 1")
+    """UsageError naming the first flag out of its bounds (`Limits`)."""
+    try:
+        Limits.model_validate(vars(args))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = "--" + str(error["loc"][0]).replace("_", "-")
+        why = error["msg"].replace("Input should be", "must be")
+        raise UsageError(f"{flag} {why}, got {error['input']!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
