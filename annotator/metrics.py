@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from aibom_edge.metrics import unresolved_counter
+
 # Reconciles are cache reads plus at most a handful of writes: most take
 # milliseconds; a root with thousands of Pods, or a slow API, takes seconds.
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -79,14 +81,12 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
-        self.unresolved = Counter(
-            "aibom_rollup_unresolved",
+        self.unresolved = unresolved_counter(
+            r,
             "Object versions recorded as unresolved (a hop of the walk failed), by the "
             "walked object's kind and the hop's reason: the annotator counts each document "
             "version it writes for an unresolved root (the webhook: each admission it "
             "stamps unresolved).",
-            ["kind", "reason"],
-            registry=r,
         )
         # Current state (gauges), from the leader's last reconcile of each root;
         # 0 on a standby (it reconciles nothing).

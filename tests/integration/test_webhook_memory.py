@@ -1,11 +1,11 @@
-"""The webhook process's memory stays flat under hostile bodies (issue 14).
+"""The webhook process's memory stays flat under hostile bodies.
 
 The real `aibom-rollup webhook` process gets 3,000 of tests/unit/review_fuzz.py's
 seeded bodies over TLS (8 keep-alive connections), among them the 64 KiB and
 1 MiB annotations and the 5,000-reference lists. Its resident set (VmRSS) is
 read after the first 120 and at the end: it may not grow by more than 8 MiB.
 
-Without the pinned allocator thresholds (aibom_rollup/heap.py), glibc keeps
+Without the pinned allocator thresholds (aibom_edge/heap.py), glibc keeps
 the large bodies' high-water mark: measured 80.5 -> 96.5 MiB over the same
 3,000 bodies (+16 MiB), against 74.6 -> 79.2 MiB (+4.6) with them. The full
 100,000-body run is bench/webhook_fuzz.py (BENCHMARKS.md).

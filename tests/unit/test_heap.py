@@ -1,4 +1,4 @@
-"""aibom_rollup.heap: glibc's thresholds are pinned, and the environment wins."""
+"""aibom_edge.heap: glibc's thresholds are pinned, and the environment wins."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from aibom_rollup import heap
+from aibom_edge import heap
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

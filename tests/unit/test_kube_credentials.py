@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aibom_rollup import kube as kube_module
-from aibom_rollup.kube import Kube, KubeError, _load_credentials
+from aibom_edge import kube as kube_module
+from aibom_edge.kube import Kube, KubeError, _load_credentials
 from tests.integration.oidc import FakeIdP, claims_of
 
 
@@ -193,7 +193,7 @@ async def test_a_refused_oidc_refresh_is_counted_logged_and_retried_with_backoff
     idp.revoke_all()
     clock.ahead = 31.0
     kube = Kube(creds)
-    with caplog.at_level(logging.WARNING, logger="aibom_rollup.kube"):
+    with caplog.at_level(logging.WARNING, logger="aibom_edge.kube"):
         await kube._fresh_token()
     assert kube.token_refresh_failures == 1 and kube._token == creds.token  # the old one kept
     (record,) = [r for r in caplog.records if r.getMessage().startswith("could not refresh")]

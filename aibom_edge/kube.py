@@ -37,7 +37,7 @@ from aibom_core.kinds import GroupKind
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Fetched, Reason
 
-log = logging.getLogger("aibom_rollup.kube")
+log = logging.getLogger("aibom_edge.kube")
 
 USER_AGENT = "aibom-rollup"
 # Lines of a watch stream are whole objects (up to the API server's ~3 MiB
@@ -702,7 +702,7 @@ class Kube:
         # 429 / 5xx: the API did not give an answer in time.
         return Fetched(failure=Reason.TIMEOUT)
 
-    # -- provenance (issue 12): what the webhook's edge check reads -----------
+    # -- provenance: what the webhook's edge check reads -----------
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
         """The plural resource of the owner's kind (None: not served)."""
