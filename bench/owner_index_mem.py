@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aibom_core.kinds import GroupKind
 from aibom_core.stamp import Keys
-from aibom_rollup.kube import ApiResource
+from aibom_edge.kube import ApiResource
 from webhook.ownerwatch import OwnerStore
 
 RS = GroupKind("apps", "ReplicaSet")

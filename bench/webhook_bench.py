@@ -27,7 +27,7 @@ Latency is measured by the client (request written -> response read), so it
 includes TLS and HTTP on both sides. API GETs per admission come from the
 webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
 
-Provenance (issue 12): every run checks the Pod's own edge with a
+Provenance: every run checks the Pod's own edge with a
 SubjectAccessReview (the review's userInfo is the ReplicaSet controller's
 ServiceAccount, which may update replicasets/finalizers) and the hops above
 with the owners' edge-proofs (written here with the webhook's key, as the
@@ -65,10 +65,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from webhook_process import start_webhook  # noqa: E402
+
 from aibom_core.objects import controller_ref, ref_of  # noqa: E402
-from aibom_core.provenance import load_key, new_key_text, proof_for  # noqa: E402
+from aibom_core.provenance import proof_for  # noqa: E402
 from aibom_core.stamp import Keys  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from aibom_edge.options import load_provenance_key  # noqa: E402
+from certs.pki import new_key_text  # noqa: E402
+from tests.controlplane import ControlPlane, owner_reference  # noqa: E402
 from tests.integration.test_webhook import (  # noqa: E402
     Webhook,
     apply,
@@ -120,16 +124,7 @@ def review_body(obj: dict[str, Any], ns: str) -> bytes:
 def pod(ns: str, name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {"app": "bench"}}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+        meta["ownerReferences"] = [owner_reference(owner)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -238,7 +233,7 @@ def cpu_seconds(pid: int) -> float:
 
 def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
     """Write the edge-proof each owner would have got from the webhook at admission."""
-    key = load_key(key_file)
+    key = load_provenance_key(key_file)
     keys = Keys()
     for obj in owners:
         owner = controller_ref(obj)
@@ -306,15 +301,9 @@ def start_hook(
     """`aibom-rollup webhook` pinned to one core, at WARNING (no per-review log line),
     once /readyz answers 200 (with the owner index: synced)."""
     hook = Webhook(cp, workdir, name=name, kubeconfig=kubeconfig, args=extra)
-    proc = subprocess.Popen(
-        [*pin, *hook.command(*extra, log_level="warning")],
-        cwd=REPO,
-        env=child_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
-    )
-    hook.proc = proc
-    hook.wait_ready(timeout=60)
+    start_webhook(hook, prefix=pin, ready_within=60).close()  # the child keeps its own
+    proc = hook.proc
+    assert proc is not None
     return hook, proc
 
 
@@ -572,16 +561,13 @@ def main() -> int:
                             f"{'with webhook' if registered else 'no webhook'}"
                         )
                         runs = []
+                        labels = {
+                            "kind": "Pod",
+                            "operation": "CREATE",
+                            "result": "uncovered" if owner is None else "rolled-up",
+                        }
                         for _ in range(args.runs):
-                            a0 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a0 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r = asyncio.run(
                                 drive(
                                     poster(base),
@@ -592,15 +578,7 @@ def main() -> int:
                                     concurrency=4,
                                 )
                             )
-                            a1 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a1 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r["webhook_calls_per_create"] = (a1 - a0) / max(r["n"] + 4, 1)
                             runs.append(r)
                         results[name] = summarise(runs)
@@ -619,7 +597,7 @@ def main() -> int:
             ("TTL cache cold (default TTL, --no-owner-watch)", ("--no-owner-watch",)),
             ("owner index (default; ready = synced)", ()),
         )
-        key = load_key(key_file)
+        key = load_provenance_key(key_file)
         for label, extra in cold_modes:
             name = f"direct depth-4 Pod @ 200/s, {args.chains} new chains, fresh process, {label}"
             if args.only and args.only not in name:

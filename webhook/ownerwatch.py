@@ -76,7 +76,7 @@ from typing import Any
 from aibom_core.kinds import GroupKind, KindRegistry, group_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import DEPLOYMENT, Keys
-from aibom_rollup.kube import (
+from aibom_edge.kube import (
     METADATA_LIST,
     METADATA_WATCH,
     ApiResource,

@@ -97,7 +97,7 @@ from aibom_core.walk import (
 )
 
 if TYPE_CHECKING:
-    from aibom_rollup.kube import Kube
+    from aibom_edge.kube import Kube
 
 DEFAULT_DEADLINE = 1.5
 DEFAULT_CACHE_TTL = 5.0
@@ -105,7 +105,7 @@ DEFAULT_CACHE_SIZE = 10_000
 
 
 class OwnerSource(Protocol):
-    """Where owners come from (`aibom_rollup.kube.Kube` in production)."""
+    """Where owners come from (`aibom_edge.kube.Kube` in production)."""
 
     async def get_owner(
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None

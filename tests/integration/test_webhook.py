@@ -185,40 +185,33 @@ class Webhook:
         )
         return out.stdout.strip()
 
-    def command(self, *extra: str, log_level: str = "debug") -> list[str]:
-        """The `aibom-rollup webhook` command line of this instance (its certificate,
-        port and kubeconfig), then `extra`."""
-        return [
-            sys.executable,
-            "-m",
-            "aibom_rollup",
-            "webhook",
-            "--cert-file",
-            str(self.dir / "tls.crt"),
-            "--key-file",
-            str(self.dir / "tls.key"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--log-level",
-            log_level,
-            *extra,
-        ]
-
     def start(self) -> None:
         log = open(self.log, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            self.command(
+            [
+                sys.executable,
+                "-m",
+                "aibom_rollup",
+                "webhook",
+                "--cert-file",
+                str(self.dir / "tls.crt"),
+                "--key-file",
+                str(self.dir / "tls.key"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--log-level",
+                "debug",
                 "--cert-check-interval",
                 "0.5",
                 # The edge-proof key `certs` wrote next to the certificate (issue 12).
                 "--provenance-key",
                 str(self.dir / "provenance.key"),
                 *self.args,
-            ),
+            ],
             cwd=REPO_ROOT,
             env=child_env(),
             stdin=subprocess.DEVNULL,
@@ -226,10 +219,7 @@ class Webhook:
             stderr=subprocess.STDOUT,
         )
         log.close()
-        self.wait_ready()
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        wait_for(f"{self.name} /readyz", self._ready, timeout=timeout)
+        wait_for(f"{self.name} /readyz", self._ready, timeout=30)
 
     def _ready(self) -> bool:
         assert self.proc is not None

@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason, Rollup
-from aibom_rollup.kube import ApiResource
+from aibom_edge.kube import ApiResource
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, apply_patch, body, review
 from webhook.app import Admitter, Readiness, make_app
