@@ -21,7 +21,7 @@ plus one bare Pod per namespace (uncovered).
 
 `--shapes` picks the shapes (round robin); the Pods are then spread so the
 dump holds about `--objects` objects, fractional Pods per root included. A
-fleet of small roots (~5 objects each, issue 15):
+fleet of small roots (~5 objects each):
 
     python bench/gen_dump.py --roots 20000 --objects 100000 \
         --shapes deployment,nim,cronjob,lws,dcd -o /tmp/fleet.json
@@ -34,7 +34,12 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.controlplane import owner_reference
 
 Obj = dict[str, Any]
 
@@ -82,16 +87,7 @@ class Builder:
         if labels:
             meta["labels"] = labels
         if owner is not None:
-            meta["ownerReferences"] = [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ]
+            meta["ownerReferences"] = [owner_reference(owner)]
         o: Obj = {"apiVersion": api_version, "kind": kind, "metadata": meta}
         if spec is not None:
             o["spec"] = spec

@@ -4,7 +4,7 @@
     .venv/bin/python bench/scan_bench.py --objects 20000 --roots 400 --runs 5
     .venv/bin/python bench/scan_bench.py --baseline /tmp/base   # before/after, one run
     .venv/bin/python bench/scan_bench.py --roots 20000 --shapes deployment,nim,cronjob,lws,dcd
-        # a fleet of small roots (~5 objects each, issue 15)
+        # a fleet of small roots (~5 objects each)
 
 `--baseline DIR`: DIR holds another version's packages (for example
 `git archive <commit> aibom_core aibom_rollup webhook annotator certs | tar -x -C DIR`);
@@ -14,10 +14,10 @@ on the same dump, so both see the same machine load.
 Generates the dump with bench/gen_dump.py (every ownership shape, pods with
 digests), then runs `aibom-rollup scan` as a separate process, once printing
 the summary and once writing every document (`-o DIR`), and reports the
-median wall time and the peak RSS of each mode. Goal (issue #2): <= 5 s and
-<= 1 GB for 100,000 objects on this 2-core machine; issue 15: the same for
-100,000 objects in 20,000 small roots. Prints the load average before and
-after. Not a test: numbers go to BENCHMARKS.md.
+median wall time and the peak RSS of each mode. Goal: <= 5 s and <= 1 GB
+for 100,000 objects on this 2-core machine, in 2,000 roots or in 20,000
+small ones. Prints the load average before and after. Not a test: numbers
+go to BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -14,11 +14,20 @@ control plane share the other), and drives AdmissionReviews:
   (b) through the real API server: server-side dry-run creates of the same
       Pods (POST ...?dryRun=All), with and without the webhook registered.
 
+  (c) issue 15, the owner cache cold: depth-4 Pods of `--chains` chains created
+      just before each run (real objects, new UIDs), against a webhook process
+      started for that run, at 200/s: with the caches off, with the TTL cache
+      (cold: every chain's first walk is 4 GETs), and with the owner index
+      (`--owner-watch`, the default: listed and watched before /readyz).
+      Scenario (a)'s "cache off" and "owner cache on" rows run with
+      `--no-owner-watch`, as before the index existed; "owner index on, TTL
+      cache off" is the index alone.
+
 Latency is measured by the client (request written -> response read), so it
 includes TLS and HTTP on both sides. API GETs per admission come from the
 webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
 
-Provenance (issue 12): every run checks the Pod's own edge with a
+Provenance: every run checks the Pod's own edge with a
 SubjectAccessReview (the review's userInfo is the ReplicaSet controller's
 ServiceAccount, which may update replicasets/finalizers) and the hops above
 with the owners' edge-proofs (written here with the webhook's key, as the
@@ -56,10 +65,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from webhook_process import start_webhook  # noqa: E402
+
 from aibom_core.objects import controller_ref, ref_of  # noqa: E402
-from aibom_core.provenance import load_key, new_key_text, proof_for  # noqa: E402
+from aibom_core.provenance import proof_for  # noqa: E402
 from aibom_core.stamp import Keys  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from aibom_edge.options import load_provenance_key  # noqa: E402
+from certs.pki import new_key_text  # noqa: E402
+from tests.controlplane import ControlPlane, owner_reference  # noqa: E402
 from tests.integration.test_webhook import (  # noqa: E402
     Webhook,
     apply,
@@ -111,16 +124,7 @@ def review_body(obj: dict[str, Any], ns: str) -> bytes:
 def pod(ns: str, name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {"app": "bench"}}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+        meta["ownerReferences"] = [owner_reference(owner)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -151,14 +155,17 @@ async def drive(
     seconds: float,
     rate: float | None,
     concurrency: int,
+    warm: list[bytes] | None = None,
 ) -> dict[str, float]:
-    """Closed loop (rate None: `concurrency` workers back to back) or open loop at `rate`/s."""
+    """Closed loop (rate None: `concurrency` workers back to back) or open loop at `rate`/s.
+    `warm`: the bodies of the warm-up requests (default: `bodies`)."""
     lat: list[float] = []
     errors = 0
     conn = aiohttp.TCPConnector(ssl=ssl_ctx, limit=concurrency * 2)
     async with aiohttp.ClientSession(connector=conn) as http:
         # Warm the connections and the server.
-        await asyncio.gather(*(post(http, bodies[i % len(bodies)]) for i in range(concurrency)))
+        first = warm or bodies
+        await asyncio.gather(*(post(http, first[i % len(first)]) for i in range(concurrency)))
         loop = asyncio.get_running_loop()
         start = loop.time()
         end = start + seconds
@@ -226,7 +233,7 @@ def cpu_seconds(pid: int) -> float:
 
 def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
     """Write the edge-proof each owner would have got from the webhook at admission."""
-    key = load_key(key_file)
+    key = load_provenance_key(key_file)
     keys = Keys()
     for obj in owners:
         owner = controller_ref(obj)
@@ -254,6 +261,7 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
         "sars_per_admission",
         "sar_errors_per_admission",
         "cpu_ms_per_admission",
+        "index_objects",
     ):
         vals = [r[key] for r in runs if key in r]
         if vals:
@@ -281,6 +289,129 @@ def show(name: str, s: dict[str, Any]) -> str:
     )
 
 
+def start_hook(
+    cp: ControlPlane,
+    *,
+    workdir: Path,
+    name: str,
+    kubeconfig: Path,
+    extra: tuple[str, ...],
+    pin: list[str],
+) -> tuple[Webhook, subprocess.Popen[bytes]]:
+    """`aibom-rollup webhook` pinned to one core, at WARNING (no per-review log line),
+    once /readyz answers 200 (with the owner index: synced)."""
+    hook = Webhook(cp, workdir, name=name, kubeconfig=kubeconfig, args=extra)
+    start_webhook(hook, prefix=pin, ready_within=60).close()  # the child keeps its own
+    proc = hook.proc
+    assert proc is not None
+    return hook, proc
+
+
+def _sars(hook: Webhook) -> float:
+    return sum(
+        counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
+        for v in ("allowed", "denied", "error")
+    ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
+
+
+def measure(
+    hook: Webhook,
+    proc: subprocess.Popen[bytes],
+    url: str,
+    ctx: ssl.SSLContext,
+    bodies: list[bytes],
+    *,
+    rate: float | None,
+    conc: int,
+    seconds: float,
+    warm: list[bytes] | None = None,
+) -> dict[str, float]:
+    """One run: latency from the client, GETs / SARs / CPU per admission from the webhook."""
+    gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+    cpu0 = cpu_seconds(proc.pid)
+    err0 = counter(hook, "aibom_webhook_provenance_checks_total", {"result": "error"})
+    sars0 = _sars(hook)
+    r = asyncio.run(
+        drive(
+            poster(url),
+            bodies,
+            ssl_ctx=ctx,
+            seconds=seconds,
+            rate=rate,
+            concurrency=conc,
+            warm=warm,
+        )
+    )
+    # The warm-up requests count too (their GETs are in the counters).
+    admitted = max(r["n"] + conc, 1)
+    gets1 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
+    r["gets_per_admission"] = (gets1 - gets0) / admitted
+    r["sars_per_admission"] = (_sars(hook) - sars0) / admitted
+    err1 = counter(hook, "aibom_webhook_provenance_checks_total", {"result": "error"})
+    r["sar_errors_per_admission"] = (err1 - err0) / admitted
+    # CPU the webhook process spent per admission: unlike latency, hardly moved
+    # by other processes competing for the core.
+    r["cpu_ms_per_admission"] = (cpu_seconds(proc.pid) - cpu0) * 1000 / admitted
+    return r
+
+
+def new_chains(cp: ControlPlane, ns: str, key: bytes, n: int, *, tag: str) -> list[dict[str, Any]]:
+    """`n` depth-4 chains (DynamoGraphDeployment -> DynamoComponentDeployment ->
+    Deployment -> ReplicaSet, the last made by the real deployment controller),
+    each owner carrying the edge-proof the webhook would have written; their
+    ReplicaSets (a Pod naming one walks 4 hops)."""
+    keys = Keys()
+    base = "/apis/nvidia.com/v1alpha1/namespaces/" + ns
+
+    def post(path: str, doc: dict[str, Any]) -> dict[str, Any]:
+        resp = cp.request("POST", path, doc)
+        if resp.status != 201:
+            raise SystemExit(f"POST {path}: {resp.status} {resp.body!r}")
+        out: dict[str, Any] = resp.json()
+        return out
+
+    def proven(doc: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+        ref = controller_ref(doc)
+        assert ref is not None
+        child = ref_of(doc, namespace=ns)
+        where = keys.proof_key(child.group_kind, ref.group_kind)
+        doc["metadata"]["annotations"] = {where: proof_for(key, child, ref)}
+        return doc
+
+    names = [f"{tag}-{i}" for i in range(n)]
+    for name in names:
+        graph = post(f"{base}/dynamographdeployments", dgd(ns, name))
+        comp = post(f"{base}/dynamocomponentdeployments", proven(dcd(ns, name, graph), graph))
+        dep = proven(deployment(ns, name, comp, replicas=0), comp)
+        post(f"/apis/apps/v1/namespaces/{ns}/deployments", dep)
+    found: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 120
+    while len(found) < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(found)} of {n} ReplicaSets made by the controller")
+        time.sleep(0.5)
+        items = cp.request("GET", f"/apis/apps/v1/namespaces/{ns}/replicasets").json()["items"]
+        for rs in items:
+            owner = controller_ref(rs)
+            if owner is not None and owner.name in names:
+                found[owner.name] = {**rs, "apiVersion": "apps/v1", "kind": "ReplicaSet"}
+    out = []
+    for name in names:
+        rs = found[name]
+        owner = controller_ref(rs)
+        assert owner is not None
+        ref = ref_of(rs, namespace=ns)
+        patch = {
+            "metadata": {"annotations": {keys.replicaset_edge_proof: proof_for(key, ref, owner)}}
+        }
+        path = f"/apis/apps/v1/namespaces/{ns}/replicasets/{ref.name}"
+        resp = cp.request("PATCH", path, patch, content_type="application/merge-patch+json")
+        if resp.status != 200:
+            raise SystemExit(f"PATCH {path}: {resp.status}")
+        out.append(resp.json() | {"apiVersion": "apps/v1", "kind": "ReplicaSet"})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -289,6 +420,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=8, help="closed-loop connections")
     ap.add_argument("--json", metavar="FILE", help="write the results here too")
+    ap.add_argument(
+        "--chains",
+        type=int,
+        default=64,
+        help="new depth-4 chains per run of the cold-cache rows (issue 15; default 64)",
+    )
     ap.add_argument(
         "--only",
         metavar="TEXT",
@@ -321,62 +458,24 @@ def main() -> int:
         key_file.write_bytes(new_key_text())
         prove_owners(kubectl, ns, key_file, [comp, dep_obj, replicaset])
 
-        for cache_ttl, sar_ttl in (("5", "10"), ("5", "0"), ("0", "10")):
-            hook = Webhook(
+        def start(name: str, extra: tuple[str, ...]) -> tuple[Webhook, subprocess.Popen[bytes]]:
+            return start_hook(
                 cp,
-                workdir,
-                name=f"bench-ttl{cache_ttl}-sar{sar_ttl}",
+                workdir=workdir,
+                name=name,
                 kubeconfig=kubeconfig,
-                args=(
-                    "--owner-cache-ttl",
-                    cache_ttl,
-                    "--sar-cache-ttl",
-                    sar_ttl,
-                    "--provenance-key",
-                    str(key_file),
-                ),
+                extra=(*extra, "--provenance-key", str(key_file)),
+                pin=pin,
             )
-            # Pinned to one core, at WARNING (no per-review log line).
-            hook_args = hook.args
-            proc = subprocess.Popen(
-                [
-                    *pin,
-                    sys.executable,
-                    "-m",
-                    "aibom_rollup",
-                    "webhook",
-                    "--cert-file",
-                    str(hook.dir / "tls.crt"),
-                    "--key-file",
-                    str(hook.dir / "tls.key"),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(hook.port),
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--log-level",
-                    "warning",
-                    *hook_args,
-                ],
-                cwd=REPO,
-                env=child_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
-            )
-            hook.proc = proc
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if hook.request("GET", "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-                time.sleep(0.2)
-            url = f"https://127.0.0.1:{hook.port}/mutate"
-            ctx = hook.ssl_context()
+
+        # The TTL-cache rows of issues 4 and 12 keep their meaning without the
+        # owner index (--no-owner-watch); issue 15 adds the index row.
+        for cache_ttl, sar_ttl, watch in (
+            ("5", "10", False),
+            ("5", "0", False),
+            ("0", "10", False),
+            ("0", "10", True),
+        ):
             scenarios: list[tuple[str, list[bytes], float | None, int]] = []
             if sar_ttl == "0":
                 scenarios += [
@@ -394,51 +493,41 @@ def main() -> int:
                     ("direct depth-4 Pod @ 200/s, owner cache on, SAR cache on", depth4, 200.0, 32),
                     ("direct depth-4 Pod, closed loop, cache on", depth4, None, args.concurrency),
                 ]
+            elif watch:
+                scenarios += [
+                    (
+                        "direct depth-4 Pod @ 200/s, owner index on, TTL cache off",
+                        depth4,
+                        200.0,
+                        32,
+                    ),
+                ]
             else:
                 scenarios += [
                     ("direct depth-4 Pod @ 200/s, cache off (4 GETs)", depth4, 200.0, 32),
                 ]
+            scenarios = [sc for sc in scenarios if not args.only or args.only in sc[0]]
+            if not scenarios and (args.only or cache_ttl != "5" or sar_ttl == "0"):
+                continue
+            hook, proc = start(
+                f"bench-ttl{cache_ttl}-sar{sar_ttl}{'-watch' if watch else ''}",
+                (
+                    "--owner-cache-ttl",
+                    cache_ttl,
+                    "--sar-cache-ttl",
+                    sar_ttl,
+                    *(() if watch else ("--no-owner-watch",)),
+                ),
+            )
+            url = f"https://127.0.0.1:{hook.port}/mutate"
+            ctx = hook.ssl_context()
             for name, bodies, rate, conc in scenarios:
-                if args.only and args.only not in name:
-                    continue
-                runs = []
-                for _ in range(args.runs):
-                    gets0 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
-                    cpu0 = cpu_seconds(proc.pid)
-                    err0 = counter(
-                        hook, "aibom_webhook_provenance_checks_total", {"result": "error"}
+                runs = [
+                    measure(
+                        hook, proc, url, ctx, bodies, rate=rate, conc=conc, seconds=args.seconds
                     )
-                    sars0 = sum(
-                        counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
-                        for v in ("allowed", "denied", "error")
-                    ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
-                    r = asyncio.run(
-                        drive(
-                            poster(url),
-                            bodies,
-                            ssl_ctx=ctx,
-                            seconds=args.seconds,
-                            rate=rate,
-                            concurrency=conc,
-                        )
-                    )
-                    gets1 = counter(hook, "aibom_webhook_owner_lookups_total", {"source": "get"})
-                    r["gets_per_admission"] = (gets1 - gets0) / max(r["n"] + conc, 1)
-                    sars = sum(
-                        counter(hook, "aibom_webhook_provenance_checks_total", {"result": v})
-                        for v in ("allowed", "denied", "error")
-                    ) - counter(hook, "aibom_webhook_provenance_cache_hits_total", {})
-                    r["sars_per_admission"] = (sars - sars0) / max(r["n"] + conc, 1)
-                    err1 = counter(
-                        hook, "aibom_webhook_provenance_checks_total", {"result": "error"}
-                    )
-                    r["sar_errors_per_admission"] = (err1 - err0) / max(r["n"] + conc, 1)
-                    # CPU the webhook process spent per admission: unlike latency,
-                    # hardly moved by other processes competing for the core.
-                    r["cpu_ms_per_admission"] = (
-                        (cpu_seconds(proc.pid) - cpu0) * 1000 / max(r["n"] + conc, 1)
-                    )
-                    runs.append(r)
+                    for _ in range(args.runs)
+                ]
                 results[name] = summarise(runs)
                 print(show(name, results[name]), flush=True)
 
@@ -472,16 +561,13 @@ def main() -> int:
                             f"{'with webhook' if registered else 'no webhook'}"
                         )
                         runs = []
+                        labels = {
+                            "kind": "Pod",
+                            "operation": "CREATE",
+                            "result": "uncovered" if owner is None else "rolled-up",
+                        }
                         for _ in range(args.runs):
-                            a0 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a0 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r = asyncio.run(
                                 drive(
                                     poster(base),
@@ -492,15 +578,7 @@ def main() -> int:
                                     concurrency=4,
                                 )
                             )
-                            a1 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a1 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r["webhook_calls_per_create"] = (a1 - a0) / max(r["n"] + 4, 1)
                             runs.append(r)
                         results[name] = summarise(runs)
@@ -509,6 +587,51 @@ def main() -> int:
                         hook.unregister(kubectl)
                         time.sleep(2)
             hook.stop()
+        # Issue 15: depth-4 Pods of chains the webhook has not seen, each run
+        # against a freshly started process (nothing cached), at 200/s.
+        cold_modes = (
+            (
+                "cache off (--owner-cache-ttl 0 --no-owner-watch)",
+                ("--owner-cache-ttl", "0", "--no-owner-watch"),
+            ),
+            ("TTL cache cold (default TTL, --no-owner-watch)", ("--no-owner-watch",)),
+            ("owner index (default; ready = synced)", ()),
+        )
+        key = load_provenance_key(key_file)
+        for label, extra in cold_modes:
+            name = f"direct depth-4 Pod @ 200/s, {args.chains} new chains, fresh process, {label}"
+            if args.only and args.only not in name:
+                continue
+            runs = []
+            for run in range(args.runs):
+                # New chains per run: the API server's own caches are as cold as ours.
+                tag = f"c{uuid.uuid4().hex[:4]}{run}"
+                chains = new_chains(cp, ns, key, args.chains, tag=tag)
+                bodies = [
+                    review_body(pod(ns, f"{tag}-p{i}", rs), ns) for i, rs in enumerate(chains)
+                ]
+                hook, proc = start(f"bench-cold-{tag}", ("--sar-cache-ttl", "10", *extra))
+                try:
+                    runs.append(
+                        measure(
+                            hook,
+                            proc,
+                            f"https://127.0.0.1:{hook.port}/mutate",
+                            hook.ssl_context(),
+                            bodies,
+                            rate=200.0,
+                            conc=32,
+                            seconds=args.seconds,
+                            warm=ownerless,
+                        )
+                    )
+                    runs[-1]["index_objects"] = counter(
+                        hook, "aibom_webhook_owner_index_objects", {}
+                    )
+                finally:
+                    hook.stop()
+            results[name] = summarise(runs)
+            print(show(name, results[name]), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -1,8 +1,8 @@
 """The HTTP edge: the aiohttp application and the admission handler.
 
 Routes: `POST /mutate` (AdmissionReview v1), `GET /healthz` (the process
-answers), `GET /readyz` (certificate loaded, API client answered, not
-shutting down), `GET /metrics` (Prometheus text).
+answers), `GET /readyz` (certificate loaded, API client answered, the owner
+index settled, not shutting down), `GET /metrics` (Prometheus text).
 
 HTTP errors and admission outcomes are different families: a body we
 cannot read is a 4xx with a plain-text reason (the API server then applies
@@ -21,20 +21,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
 from aibom_core.stamp import (
     REPLICA_SET,
     Keys,
+    Stamp,
     escape_pointer,
     mirror_agrees,
     mirror_deployment,
+    read_stamp,
     stamp_of,
     stamp_patch,
 )
 from aibom_core.walk import Rollup
+from aibom_edge.metrics import exposition
 from webhook.admission import (
     BadReview,
     Review,
@@ -48,7 +50,7 @@ from webhook.auth import CallerAuth
 from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
 from webhook.provenance import EdgeDecision, Provenance, Verdict
-from webhook.resolver import Resolver
+from webhook.resolver import Resolution, Resolver
 
 log = logging.getLogger("webhook.admission")
 
@@ -72,10 +74,12 @@ class Readiness:
     api_ok: bool = False
     shutting_down: bool = False
     detail: dict[str, str] = field(default_factory=dict)
+    # The watch-backed owner index settled (issue 15; True when there is none).
+    owners_settled: bool = True
 
     @property
     def ready(self) -> bool:
-        return self.cert_loaded and self.api_ok and not self.shutting_down
+        return self.cert_loaded and self.api_ok and self.owners_settled and not self.shutting_down
 
 
 class Admitter:
@@ -119,12 +123,22 @@ class Admitter:
             # Not a kind we stamp (the configuration's rules are wider than
             # the registry): leave it alone.
             return allowed(review.uid), "skipped"
-        cached_ok = None
-        if gk == REPLICA_SET:
-            keys = self._keys
+        carried = read_stamp(obj, keys=self._keys) if review.operation == "UPDATE" else None
 
-            def cached_ok(owner: Obj) -> bool:
-                return mirror_agrees(obj, owner, keys=keys)
+        def cached_ok(res: Resolution) -> bool:
+            """Whether owners from memory may answer (resolver doc, "Re-walk"): not
+            when the object carries newer truth than they do."""
+            owner = res.owner
+            if (
+                gk == REPLICA_SET
+                and owner is not None
+                and not mirror_agrees(obj, owner, keys=self._keys)
+            ):
+                return False  # the deployment controller's copy of a newer Deployment
+            # An UPDATE carrying a stamp our cached walk would change: the
+            # annotator's repair after a late adoption the cached owners
+            # predate (reverting it would fight it until they expire).
+            return carried is None or self._stamp(res, gk) == carried
 
         started = time.monotonic()
         decision = await self._decide(review, obj)
@@ -141,6 +155,8 @@ class Admitter:
             m.owner_lookups.labels("get").inc(resolution.gets)
         if resolution.cached:
             m.owner_lookups.labels("cache").inc(resolution.cached)
+        if resolution.watched:
+            m.owner_lookups.labels("watch").inc(resolution.watched)
         if resolution.shared:
             m.owner_lookups.labels("shared").inc(resolution.shared)
         if resolution.refreshed:
@@ -149,13 +165,7 @@ class Admitter:
             self._unresolved(review, gk, str(result.failure), result.failure.reason.value)
         # A cached Deployment whose stamp disagrees with the ReplicaSet's copy
         # was refetched above (`cached_ok`): the copy may be the newer truth.
-        stamp = mirror_deployment(
-            stamp_of(result),
-            subject=gk,
-            owner=resolution.owner,
-            keys=self._keys,
-            first_hop=result.chain[0] if result.chain else None,
-        )
+        stamp = self._stamp(resolution, gk)
         ops = stamp_patch(obj, stamp, keys=self._keys)
         if self._provenance is not None:
             ops += proof_ops(
@@ -220,6 +230,17 @@ class Admitter:
         elif decision.kept:
             m.provenance_checks.labels("kept").inc()
         return decision
+
+    def _stamp(self, resolution: Resolution, gk: GroupKind) -> Stamp:
+        """The stamp a walk gives the admitted object (a ReplicaSet mirrors its Deployment)."""
+        result = resolution.result
+        return mirror_deployment(
+            stamp_of(result),
+            subject=gk,
+            owner=resolution.owner,
+            keys=self._keys,
+            first_hop=result.chain[0] if result.chain else None,
+        )
 
     def _unresolved(self, review: Review, gk: GroupKind, reason_text: str, reason: str) -> None:
         self._metrics.unresolved.labels(gk.kind, reason).inc()
@@ -381,6 +402,7 @@ def make_app(
             for name, ok in (
                 ("certificate", readiness.cert_loaded),
                 ("api", readiness.api_ok),
+                ("owner-index", readiness.owners_settled),
                 ("not-shutting-down", not readiness.shutting_down),
             )
             if not ok
@@ -389,8 +411,7 @@ def make_app(
         return _plain(503, "not ready: " + ", ".join(missing) + detail)
 
     async def metrics_view(request: web.Request) -> web.Response:
-        data = generate_latest(metrics.registry)
-        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return exposition(metrics.registry)
 
     app = web.Application(client_max_size=max_body)
     app.router.add_post("/mutate", mutate)

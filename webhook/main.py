@@ -21,13 +21,17 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
-from aibom_rollup import logs
-from aibom_rollup.cli import (
+from aibom_edge import logs
+from aibom_edge.heap import pin_malloc_thresholds
+from aibom_edge.options import (
     UsageError,
+    add_cluster_options,
     add_core_options,
+    add_log_options,
     keys_of,
     provenance_key_of,
     registry_of,
@@ -42,6 +46,12 @@ from webhook.guard import (
     GuardedSite,
 )
 from webhook.metrics import Metrics
+from webhook.ownerwatch import (
+    DEFAULT_SYNC_TIMEOUT,
+    DEFAULT_WATCH_TIMEOUT,
+    KindWatch,
+    OwnerWatch,
+)
 from webhook.provenance import (
     DEFAULT_GUARD_TTL,
     DEFAULT_SAR_SIZE,
@@ -56,6 +66,7 @@ from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_CACHE_TTL,
     DEFAULT_DEADLINE,
+    MetadataOwners,
     OwnerCache,
     OwnerSource,
     Resolver,
@@ -63,10 +74,6 @@ from webhook.resolver import (
 from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
 
 log = logging.getLogger("webhook")
-
-
-def configure_logging(*, level: str, fmt: str) -> None:
-    logs.configure(level=level, fmt=fmt)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -128,13 +135,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="open connections at most; a new one evicts the one waiting longest for request "
         f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
-    api = p.add_argument_group("Kubernetes API")
-    api.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
-    )
-    api.add_argument("--context", help="kubeconfig context (default: its current context)")
+    add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
     walk.add_argument(
         "--walk-deadline",
@@ -152,6 +153,31 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long a fetched owner may answer later walks (keyed by UID; 0 disables; "
         f"default {DEFAULT_CACHE_TTL:g})",
+    )
+    walk.add_argument(
+        "--owner-watch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="list and watch the controller-owning kinds of the registry (metadata only, "
+        "slimmed; every kind but Pod) and answer owner hops from that index, UID-checked, "
+        "before the TTL cache and GETs; /readyz waits until it has synced. Needs "
+        "list/watch on those kinds (manifests/webhook/rbac.yaml). Default: on",
+    )
+    walk.add_argument(
+        "--owner-watch-timeout",
+        type=int,
+        default=DEFAULT_WATCH_TIMEOUT,
+        metavar="SECONDS",
+        help="the API server ends each owner watch after this long and it is resumed "
+        f"from where it was (default {DEFAULT_WATCH_TIMEOUT})",
+    )
+    walk.add_argument(
+        "--owner-watch-sync-timeout",
+        type=float,
+        default=DEFAULT_SYNC_TIMEOUT,
+        metavar="SECONDS",
+        help="readiness waits at most this long for a kind that fails to list; its "
+        f"owners are fetched with GETs meanwhile (default {DEFAULT_SYNC_TIMEOUT:g})",
     )
     walk.add_argument(
         "--owner-cache-size",
@@ -192,38 +218,43 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "a namespace guarded (default aibom.dev/enabled=true)",
     )
     add_core_options(p)
-    logs = p.add_argument_group("logging")
-    logs.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="default info: one line per unresolved (kind, reason), debug: one per review",
+    add_log_options(
+        p.add_argument_group("logging"),
+        formats=("json", "logfmt"),
+        level_help="default info: one line per unresolved (kind, reason), debug: one per review",
     )
-    logs.add_argument(
-        "--log-format",
-        default="json",
-        choices=["json", "logfmt"],
-        help="JSON lines (default), or key=value (logfmt)",
-    )
+
+
+class Limits(BaseModel):
+    """The bounds of the webhook's numeric flags (field `walk_deadline` is `--walk-deadline`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    port: int = Field(gt=0, lt=65536)
+    walk_deadline: float = Field(gt=0, le=30)
+    owner_cache_ttl: float = Field(ge=0)
+    owner_cache_size: int = Field(ge=1)
+    cert_check_interval: float = Field(gt=0)
+    shutdown_grace: float = Field(ge=0)
+    max_depth: int = Field(ge=1, le=64)
+    header_timeout: float = Field(gt=0, le=60)
+    body_timeout: float = Field(gt=0, le=60)
+    max_connections: int = Field(ge=1)
+    sar_cache_ttl: float = Field(ge=0)
+    sar_cache_size: int = Field(ge=1)
+    owner_watch_timeout: int = Field(ge=1, le=3600)
+    owner_watch_sync_timeout: float = Field(gt=0, le=600)
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be 1-65535, got {args.port}")
-    if not 0 < args.walk_deadline <= 30:
-        raise UsageError(f"--walk-deadline must be in (0, 30] seconds, got {args.walk_deadline}")
-    if args.owner_cache_ttl < 0 or args.owner_cache_size < 1:
-        raise UsageError("--owner-cache-ttl must be >= 0 and --owner-cache-size >= 1")
-    if args.cert_check_interval <= 0 or args.shutdown_grace < 0:
-        raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
-    if not 1 <= args.max_depth <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
-    if not (0 < args.header_timeout <= 60 and 0 < args.body_timeout <= 60):
-        raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
-    if args.max_connections < 1:
-        raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
-    if args.sar_cache_ttl < 0 or args.sar_cache_size < 1:
-        raise UsageError("--sar-cache-ttl must be >= 0 and --sar-cache-size >= 1")
+    """UsageError naming the first flag out of its bounds (`Limits`)."""
+    try:
+        Limits.model_validate(vars(args))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = "--" + str(error["loc"][0]).replace("_", "-")
+        why = error["msg"].replace("Input should be", "must be")
+        raise UsageError(f"{flag} {why}, got {error['input']!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -237,7 +268,9 @@ def run(args: argparse.Namespace) -> int:
             f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
         )
     opt_in = (label_key.strip(), label_value.strip() if sep else "true")
-    configure_logging(level=args.log_level, fmt=args.log_format)
+    logs.configure(level=args.log_level, fmt=args.log_format)
+    if pin_malloc_thresholds():
+        log.debug("malloc thresholds pinned: large request bodies are unmapped when freed")
     try:
         reloader = CertReloader(
             args.cert_file,
@@ -273,7 +306,7 @@ async def _main(
     opt_in: tuple[str, str],
     auth: CallerAuth | None = None,
 ) -> int:
-    from aibom_rollup.kube import Kube, KubeError
+    from aibom_edge.kube import Kube, KubeError
 
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -282,8 +315,22 @@ async def _main(
             )
         except KubeError as exc:
             raise UsageError(str(exc)) from None
+        metrics = Metrics()
+        owner_watch = None
+        if args.owner_watch:
+            owner_watch = OwnerWatch(
+                kube,
+                registry,
+                keys,
+                watch_timeout=args.owner_watch_timeout,
+                sync_timeout=args.owner_watch_sync_timeout,
+                on_restart=lambda gk, why: metrics.owner_watch_restarts.labels(str(gk), why).inc(),
+            )
         server = Server(
-            source=kube,
+            # Owners' metadata only: the walk reads nothing else (issue 15).
+            source=MetadataOwners(kube),
+            metrics=metrics,
+            owner_watch=owner_watch,
             registry=registry,
             keys=keys,
             reloader=reloader,
@@ -350,14 +397,21 @@ class Server:
         provenance_key: bytes | None = None,
         sar_cache: SarCache | None = None,
         opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
+        owner_watch: OwnerWatch | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
+        self.owner_watch = owner_watch
         self.guard = guard if guard is not None else ConnectionGuard()
         self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
         self.reloader = reloader
-        self.readiness = Readiness(cert_loaded=True)
+        self.readiness = Readiness(cert_loaded=True, owners_settled=owner_watch is None)
         self.resolver = Resolver(
-            source, registry=registry, max_depth=max_depth, deadline=walk_deadline, cache=cache
+            source,
+            registry=registry,
+            max_depth=max_depth,
+            deadline=walk_deadline,
+            cache=cache,
+            index=owner_watch,
         )
         # No provenance source: every controller edge is taken as written (tests
         # and benchmarks of the walk alone); the command always has one.
@@ -421,6 +475,8 @@ class Server:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self._port
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
+        if self.owner_watch is not None:
+            self._tasks.append(asyncio.create_task(self._owners(), name="owner-watch"))
         log.info(
             "webhook listening",
             extra={
@@ -430,6 +486,36 @@ class Server:
                 "client_cert_required": self.reloader.client_ca_file is not None,
             },
         )
+
+    async def _owners(self) -> None:
+        """Run the owner index; ready once it settled (webhook.ownerwatch)."""
+        watch = self.owner_watch
+        assert watch is not None
+        m = self.metrics
+        m.owner_index_objects.set_function(lambda: len(watch.store))
+        for gk, kind_watch in watch.watches.items():
+            m.owner_watch_synced.labels(str(gk)).set_function(_trusted(kind_watch))
+        runner = asyncio.create_task(watch.run(), name="owner-watches")
+        try:
+            await watch.wait_settled()
+            self.readiness.owners_settled = True
+            self.readiness.detail["owner-index"] = watch.summary()
+            self.metrics.ready.set(1 if self.readiness.ready else 0)
+            log.info(
+                "owner index settled",
+                extra={"kinds": watch.summary(), "owners": len(watch.store)},
+            )
+            await runner
+        except Exception:
+            # A bug in the index must not take admission down: its kinds stop
+            # being trusted (after the grace) and GETs answer.
+            m.errors.labels("owner-watch").inc()
+            log.exception("owner index stopped; owners are fetched with GETs")
+            self.readiness.owners_settled = True
+        finally:
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await runner
 
     def request_stop(self, why: str = "stop") -> None:
         if not self._stop.is_set():
@@ -478,3 +564,7 @@ class Server:
             await self._runner.cleanup()
             self._runner = None
         log.info("stopped")
+
+
+def _trusted(watch: KindWatch) -> Callable[[], float]:
+    return lambda: 1.0 if watch.trusted else 0.0

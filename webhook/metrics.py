@@ -1,6 +1,6 @@
 """The webhook's Prometheus collectors, on a registry of their own (one per app).
 
-Names follow ARCHITECTURE.md: `aibom_rollup_unresolved_total{kind,reason}` is
+Names follow docs/webhook.md: `aibom_rollup_unresolved_total{kind,reason}` is
 shared with the annotator; the rest are `aibom_webhook_*`. Label values are
 bounded: kinds come from the kind registry (the webhook only stamps known
 kinds), reasons and results are enums.
@@ -9,6 +9,8 @@ kinds), reasons and results are enums.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from aibom_edge.metrics import unresolved_counter
 
 # Sub-millisecond buckets: the goal for an ownerless review is p99 <= 2 ms.
 LATENCY_BUCKETS = (
@@ -54,12 +56,10 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.unresolved = Counter(
-            "aibom_rollup_unresolved_total",
+        self.unresolved = unresolved_counter(
+            r,
             "Walks that failed before reaching a tracked ancestor, by the admitted "
             "object's kind and the failure reason.",
-            ["kind", "reason"],
-            registry=r,
         )
         self.errors = Counter(
             "aibom_webhook_errors_total",
@@ -76,14 +76,35 @@ class Metrics:
         self.owner_lookups = Counter(
             "aibom_webhook_owner_lookups_total",
             "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
-            "UID-keyed owner cache), `shared` (joined a GET already in flight), `refreshed` "
-            "(a cached owner refused because the child carried newer values; a GET followed).",
+            "UID-keyed owner cache), `watch` (served from the watch-backed owner index), "
+            "`shared` (joined a GET already in flight), `refreshed` (a walk from memory "
+            "refused because the object carried newer values; walked again with GETs).",
             ["source"],
+            registry=r,
+        )
+        self.owner_watch_restarts = Counter(
+            "aibom_webhook_owner_watch_restarts_total",
+            "Restarts of the owner index's watches (issue 15), by kind and reason: `closed` "
+            "(the server ended it; resumed), `expired` (410 Gone; relisted), "
+            "`continue_expired`, `error`, `idle` (silent too long; resumed).",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.owner_watch_synced = Gauge(
+            "aibom_webhook_owner_watch_synced",
+            "1 while a kind of the owner index is listed and watched (its entries answer "
+            "walks), else 0 (its owners are fetched with GETs).",
+            ["kind"],
+            registry=r,
+        )
+        self.owner_index_objects = Gauge(
+            "aibom_webhook_owner_index_objects",
+            "Owners held by the watch-backed owner index (slim entries).",
             registry=r,
         )
         self.provenance_checks = Counter(
             "aibom_webhook_provenance_checks_total",
-            "Checks of an object's own controller edge (issue 12): `allowed`, `denied` "
+            "Checks of an object's own controller edge: `allowed`, `denied` "
             "(not followed, stamped unproven), `error` (review failed or timed out: "
             "stamped unproven, reason Unchecked), `kept` (an UPDATE keeping the reference: "
             "oldObject's verdict, no review).",
@@ -122,7 +143,8 @@ class Metrics:
         )
         self.ready = Gauge(
             "aibom_webhook_ready",
-            "1 when the certificate is loaded and the API client answered.",
+            "1 when the certificate is loaded, the API client answered and the owner "
+            "index settled.",
             registry=r,
         )
         self.in_flight = Gauge(

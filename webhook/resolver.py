@@ -41,7 +41,28 @@ seconds after the GET that returned it, and at most `size` of them (LRU).
   with the cached owner's (`mirror_agrees`), the first hop is not answered
   from the cache but by a fresh GET (which then refreshes the entry). Without
   it the webhook would revert the controller's copy, the controller would copy
-  again, and the two would loop until the entry expired.
+  again, and the two would loop until the entry expired. (Since issue 15 the
+  refusal re-walks every hop live: see "Re-walk" below.)
+
+A second source of owners, before the TTL cache: the watch-backed index
+(`webhook.ownerwatch`, `--owner-watch`), the controller-owning kinds listed and
+watched (metadata only). Its hits obey the same rules (keyed by UID, standing
+where the reference points, the walk checks UID and kind); a miss there (an
+owner created after the list whose event we have not read yet, a kind not
+watched, a watch not trusted right now) falls through to the TTL cache and
+then to a live GET, so a just-created owner still resolves. What it can have
+stale is what the TTL cache can: the owner's changes not yet delivered by its
+watch (milliseconds while watching; a kind whose watch is down stops answering
+after a short grace, see `ownerwatch`).
+
+Re-walk without the caches (`cached_ok`): a walk that took any hop from the
+TTL cache or the watch index is shown to `cached_ok(resolution)`; False means
+the admitted object carries newer truth than the cached owners (the
+ReplicaSet mirror above; an UPDATE whose carried stamp disagrees: the
+annotator repaired it after a late adoption the cached owners predate), and
+the whole walk is done again with live GETs only (each refreshing the TTL
+cache). Its answer stands, unless it ran out of time (`Timeout`): then the
+cached walk's answer is kept rather than stamping `unresolved`.
 
 Concurrent walks asking for the same owner (a ReplicaSet creating 50 Pods)
 share one GET in flight (keyed by namespace, apiVersion, kind and name; the
@@ -56,13 +77,14 @@ and the stamp is lost). A hop still waiting when it runs out is answered
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aibom_core.kinds import KindRegistry
+from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, OwnerRef
 from aibom_core.walk import (
     DEFAULT_MAX_DEPTH,
@@ -74,17 +96,41 @@ from aibom_core.walk import (
     walk,
 )
 
+if TYPE_CHECKING:
+    from aibom_edge.kube import Kube
+
 DEFAULT_DEADLINE = 1.5
 DEFAULT_CACHE_TTL = 5.0
 DEFAULT_CACHE_SIZE = 10_000
 
 
 class OwnerSource(Protocol):
-    """Where owners come from (`aibom_rollup.kube.Kube` in production)."""
+    """Where owners come from (`aibom_edge.kube.Kube` in production)."""
 
     async def get_owner(
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
     ) -> Fetched: ...
+
+
+class MetadataOwners:
+    """An `OwnerSource` asking the API for owners' metadata only: the walk, the
+    proofs and the ReplicaSet mirror read nothing else of an owner."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    async def get_owner(
+        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+    ) -> Fetched:
+        return await self._kube.get_owner(namespace, owner, timeout=timeout, metadata_only=True)
+
+
+class OwnerIndex(Protocol):
+    """Owners known without a request (`webhook.ownerwatch.OwnerWatch`)."""
+
+    def owner(self, uid: str, gk: GroupKind) -> Obj | None:
+        """The owner of this UID and kind, if indexed and trusted now; else None."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +142,13 @@ class Resolution:
     gets: int  # API GETs this walk started
     cached: int  # hops answered from the owner cache
     shared: int  # hops that joined another walk's GET
-    refreshed: int = 0  # cached first hops refused as possibly stale (then fetched)
+    refreshed: int = 0  # walks done again live because `cached_ok` refused the cached one
+    watched: int = 0  # hops answered from the watch-backed owner index
+
+    @property
+    def from_memory(self) -> int:
+        """Hops answered without a request (TTL cache or watch index)."""
+        return self.cached + self.watched
 
 
 def _at(obj: Obj, req: OwnerRequest) -> bool:
@@ -165,8 +217,10 @@ class Resolver:
         max_depth: int = DEFAULT_MAX_DEPTH,
         deadline: float = DEFAULT_DEADLINE,
         cache: OwnerCache | None = None,
+        index: OwnerIndex | None = None,
     ) -> None:
         self._source = source
+        self.index = index
         self._registry = registry
         self._max_depth = max_depth
         self._deadline = deadline
@@ -179,13 +233,36 @@ class Resolver:
         obj: Obj,
         *,
         namespace: str,
-        cached_ok: Callable[[Obj], bool] | None = None,
+        cached_ok: Callable[[Resolution], bool] | None = None,
         trust: EdgeTrust | None = None,
         deadline: float | None = None,
     ) -> Resolution:
-        """The walk. `cached_ok(owner)` False refuses a cached first-hop owner (GET
-        instead); `trust`: the walk's edge-trust input (provenance); `deadline`:
-        seconds left (default: the resolver's whole deadline)."""
+        """The walk. `cached_ok(resolution)` False, for a walk that took a hop from
+        memory, walks again with live GETs only (module doc, "Re-walk"); `trust`:
+        the walk's edge-trust input (provenance); `deadline`: seconds left
+        (default: the resolver's whole deadline)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + (self._deadline if deadline is None else deadline)
+        first = await self._walk(obj, namespace, trust, until, memory=True)
+        if cached_ok is None or not first.from_memory or cached_ok(first):
+            return first
+        live = await self._walk(obj, namespace, trust, until, memory=False)
+        failure = live.result.failure
+        kept = failure is not None and failure.reason is Reason.TIMEOUT
+        best = first if kept else live
+        return dataclasses.replace(
+            best,
+            gets=first.gets + live.gets,
+            shared=first.shared + live.shared,
+            cached=first.cached,
+            watched=first.watched,
+            refreshed=1,
+        )
+
+    async def _walk(
+        self, obj: Obj, namespace: str, trust: EdgeTrust | None, until: float, *, memory: bool
+    ) -> Resolution:
+        """One walk; `memory` False: every hop a live GET (or a share of one)."""
         gen = walk(
             obj,
             registry=self._registry,
@@ -193,23 +270,28 @@ class Resolver:
             namespace=namespace,
             trust=trust,
         )
-        gets = cached = shared = refreshed = 0
+        gets = cached = shared = watched = 0
         first: Obj | None = None
         try:
             req = next(gen)
         except StopIteration as stop:  # no controller owner: zero requests
             return Resolution(result=stop.value, owner=None, gets=0, cached=0, shared=0)
         loop = asyncio.get_running_loop()
-        until = loop.time() + (self._deadline if deadline is None else deadline)
         while True:
-            hit = self.cache.get(req.owner.uid)
-            if hit is not None and not _at(hit, req):
-                hit = None  # the UID of an object elsewhere: only a GET may answer
-            if hit is not None and first is None and cached_ok is not None and not cached_ok(hit):
-                hit = None  # the child carries newer truth than the cache: ask the API
-                refreshed += 1
+            hit: Obj | None = None
+            if memory:
+                uid = req.owner.uid
+                if self.index is not None:
+                    hit = self.index.owner(uid, req.owner.group_kind)
+                    if hit is not None and not _at(hit, req):
+                        hit = None  # the UID of an object elsewhere: only a GET may answer
+                    watched += hit is not None
+                if hit is None:
+                    hit = self.cache.get(uid)
+                    if hit is not None and not _at(hit, req):
+                        hit = None
+                    cached += hit is not None
             if hit is not None:
-                cached += 1
                 fetched = Fetched(obj=hit)
             else:
                 fetched, started = await self._fetch(req, until - loop.time())
@@ -226,7 +308,7 @@ class Resolver:
                     gets=gets,
                     cached=cached,
                     shared=shared,
-                    refreshed=refreshed,
+                    watched=watched,
                 )
 
     async def _fetch(self, req: OwnerRequest, remaining: float) -> tuple[Fetched, bool]:

@@ -15,6 +15,9 @@ The test can then, at any moment:
 - `blackhole(fragment)`: requests whose path contains `fragment` get no
   answer at all (the client times out): e.g. a leader whose Lease renewals
   hang while its other writes still go through;
+- `expire(fragment)`: the next watch whose path contains `fragment` is
+  answered `410 Gone` (its resourceVersion too old, as after an etcd
+  compaction), so the client must relist;
 - `hold_continue(path)`: hold the next paged-list request of `path` that
   carries a `continue` token (`held` is set) until `release()`: the test
   changes the cluster in the middle of a paginated list.
@@ -54,6 +57,7 @@ class ApiProxy:
         self._streams: set[asyncio.Task[Any]] = set()
         self._hold_path: str | None = None
         self._blackhole: str | None = None
+        self._expire: str | None = None
         self.held = threading.Event()
         self._released = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -83,6 +87,9 @@ class ApiProxy:
 
     def blackhole(self, fragment: str | None) -> None:
         self._blackhole = fragment
+
+    def expire(self, fragment: str) -> None:
+        self._expire = fragment
 
     def hold_continue(self, path: str) -> None:
         self._released.clear()
@@ -159,6 +166,10 @@ class ApiProxy:
             resp = _status(429, "TooManyRequests", "proxy: throttled (test)")
             resp.headers["Retry-After"] = str(self.retry_after)
             return resp
+        if watch and self._expire is not None and self._expire in request.path:
+            self._expire = None
+            self.counts["410"] += 1
+            return _status(410, "Expired", "proxy: too old resource version (test)")
         if self._blackhole is not None and self._blackhole in request.path:
             self.counts["blackholed"] += 1
             await asyncio.Event().wait()  # until the client gives up and disconnects

@@ -9,7 +9,7 @@ import pytest
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Reason
-from aibom_rollup.kube import Kube
+from aibom_edge.kube import METADATA_LIST, METADATA_WATCH, Kube
 from tests.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
@@ -63,6 +63,62 @@ async def test_get_owner_maps_answers_to_walk_reasons(
     async with Kube.from_kubeconfig(str(restricted)) as kube:
         denied = await kube.get_owner(namespace, OwnerRef("v1", "ConfigMap", "owner", uid))
         assert denied.failure is Reason.FORBIDDEN
+
+
+async def test_metadata_only_owner_get_list_and_watch(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Issue 15: owners' metadata only (PartialObjectMetadata), with the owner's
+    own apiVersion and kind, no spec; lists and watches the same."""
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "owner", "annotations": {"a": "b"}},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {
+                "metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "m", "image": "registry.example/app:1"}]},
+            },
+        },
+    }
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments"
+    created = control_plane.request("POST", path, body)
+    assert created.status == 201, created.body
+    uid = created.json()["metadata"]["uid"]
+    async with Kube.from_kubeconfig(str(control_plane.kubeconfig)) as kube:
+        ref = OwnerRef("apps/v1", "Deployment", "owner", uid)
+        got = await kube.get_owner(namespace, ref, metadata_only=True)
+        assert got.obj is not None
+        assert (got.obj["apiVersion"], got.obj["kind"]) == ("apps/v1", "Deployment")
+        assert got.obj["metadata"]["uid"] == uid
+        assert got.obj["metadata"]["annotations"]["a"] == "b"
+        assert "spec" not in got.obj and "status" not in got.obj
+        listed = await kube.request("GET", path, accept=METADATA_LIST)
+        assert listed.body["kind"] == "PartialObjectMetadataList"
+        assert [i["metadata"]["uid"] for i in listed.body["items"]] == [uid]
+        assert "spec" not in listed.body["items"][0]
+        rv = listed.body["metadata"]["resourceVersion"]
+
+        async def first_event() -> dict[str, object]:
+            """The event of our patch (the deployment controller writes too)."""
+            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+            async for event in kube.watch(path, params, accept=METADATA_WATCH):
+                if event["object"]["metadata"]["annotations"].get("a") == "c":
+                    return event
+            raise AssertionError("watch ended without the event")
+
+        task = asyncio.create_task(first_event())
+        patch = {"metadata": {"annotations": {"a": "c"}}}
+        patched = control_plane.request(
+            "PATCH", f"{path}/owner", patch, content_type="application/merge-patch+json"
+        )
+        assert patched.status == 200, patched.body
+        event = await asyncio.wait_for(task, 30)
+        obj = event["object"]
+        assert isinstance(obj, dict) and obj["kind"] == "PartialObjectMetadata"
+        assert "spec" not in obj and obj["metadata"]["uid"] == uid
 
 
 async def test_watch_streams_events(control_plane: ControlPlane, namespace: str) -> None:

@@ -362,7 +362,8 @@ def test_rbac_is_least_privilege(built: list[Doc]) -> None:
                 (g, r) for g in rule["apiGroups"] for r in rule["resources"]
             }
 
-    # The webhook reads, by name, and nothing else; provenance (issue 12) adds
+    # The webhook reads (get; list/watch for its owner index, issue 15) and
+    # nothing else; provenance (issue 12) adds
     # SubjectAccessReviews (create: they read nothing) and two reads.
     provenance = {
         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},

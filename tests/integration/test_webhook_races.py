@@ -6,6 +6,9 @@
 - The real deployment controller copies a Deployment's new stamp onto its
   ReplicaSet while the webhook still caches the Deployment's previous
   resourceVersion: the copy is never reverted (no flip-flop).
+- Issue 15, late adoption: an owner gets its controller reference on UPDATE
+  while the webhook caches it ownerless; the annotator's repair of a child's
+  stamp (an UPDATE carrying the new root) is not reverted from the cache.
 
 The webhook runs as in tests/integration/test_webhook.py (a real process,
 the shipped ClusterRole, the shipped webhook configuration), but with a long
@@ -27,7 +30,10 @@ from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.integration.test_webhook import (
     Webhook,
     apply,
+    bare_pod,
+    dcd,
     deployment,
+    dgd,
     enabled_namespace,
     get,
     grant,
@@ -54,7 +60,9 @@ def long_cache_webhook(
         name="aibom-rollup-races",
         kubeconfig=kubeconfig,
         selector={"aibom-test.dev/races": "on"},
-        args=("--owner-cache-ttl", "600"),
+        # The TTL cache alone (no owner index, issue 15): its entries are
+        # certain to be stale for the whole test.
+        args=("--owner-cache-ttl", "600", "--no-owner-watch"),
     )
     hook.start()
     hook.register(kubectl)
@@ -78,6 +86,18 @@ def _rs(cp: ControlPlane, ns: str, name: str) -> Obj:
     assert resp.status == 200, resp.body
     obj: Obj = resp.json()
     return obj
+
+
+def adopt(kubectl: Kubectl, ns: str, what: str, owner: Obj) -> dict[str, str]:
+    """Give `what` (`kind/name`) a controller reference to `owner`; the stamp it
+    and what it controls then should carry."""
+    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
+    kubectl("patch", "-n", ns, what, "--type=merge", "-p", json.dumps(patch))
+    return {
+        "aibom.dev/root": f"{owner['kind']}/{owner['metadata']['name']}",
+        "aibom.dev/root-uid": owner["metadata"]["uid"],
+        "aibom.dev/rollup": "rolled-up",
+    }
 
 
 def _tree(kubectl: Kubectl, ns: str) -> list[Obj]:
@@ -221,13 +241,7 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     # the webhook stamps it rolled-up, and the deployment controller copies that
     # onto the ReplicaSet, whose walk would find the Deployment in the cache as
     # it was before (ownerless, `root`).
-    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
-    kubectl("patch", "-n", ns, "deployment/web", "--type=merge", "-p", json.dumps(patch))
-    want = {
-        "aibom.dev/root": "StatefulSet/owner",
-        "aibom.dev/root-uid": owner["metadata"]["uid"],
-        "aibom.dev/rollup": "rolled-up",
-    }
+    want = adopt(kubectl, ns, "deployment/web", owner)
     assert stamp(get(kubectl, ns, "deployment/web")) == want
     wait_for(
         "the ReplicaSet to carry the Deployment's new stamp",
@@ -250,6 +264,36 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
         "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
     )
     assert refreshed >= 1
+
+
+def test_late_adoption_repair_is_not_reverted_by_the_cache(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
+) -> None:
+    comp = apply(kubectl, dcd(ns, "comp"))
+    pod_doc = bare_pod(ns, "worker")
+    pod_doc["metadata"]["ownerReferences"] = [owner_ref(comp)]
+    # The Pod's walk GETs the component, which now sits in the cache (600 s), ownerless.
+    pod = apply(kubectl, pod_doc)
+    assert stamp(pod)["aibom.dev/root"] == "DynamoComponentDeployment/comp"
+    # Late adoption: the component gets its controller reference on UPDATE (the
+    # webhook stamps it and writes its edge-proof; the Pod's stamp is now stale).
+    graph = apply(kubectl, dgd(ns, "graph"))
+    repaired = adopt(kubectl, ns, "dynamocomponentdeployment/comp", graph)
+    assert stamp(get(kubectl, ns, "dynamocomponentdeployment/comp")) == repaired
+    # The annotator's repair of the Pod (what its walk computes; written the way
+    # it writes, an UPDATE of our keys). Before issue 15 the webhook answered it
+    # from the cached, ownerless component and reverted it to the component.
+    kubectl(
+        "annotate",
+        "-n",
+        ns,
+        "pod/worker",
+        "--overwrite",
+        *(f"{k}={v}" for k, v in repaired.items()),
+    )
+    assert stamp(get(kubectl, ns, "pod/worker")) == repaired
+    # Walked again live because the carried stamp disagreed with the cached walk.
+    assert long_cache_webhook.metric("aibom_webhook_owner_lookups_total", {"source": "refreshed"})
 
 
 def test_cluster_scoped_owner_is_notfound_live_and_offline(

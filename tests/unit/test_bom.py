@@ -622,7 +622,7 @@ def _hostile_facts() -> list[Any]:
 
 
 def test_the_input_hash_is_sha256_over_the_jcs_bytes_of_the_facts() -> None:
-    # Issue 20: over a canonical serialization (RFC 8785), not Python's repr.
+    # Over a canonical serialization (RFC 8785), not Python's repr.
     seen = set()
     for facts in _hostile_facts():
         for tool in (TOOL, None):
@@ -637,7 +637,7 @@ def test_the_input_hash_is_sha256_over_the_jcs_bytes_of_the_facts() -> None:
 
 
 def test_render_writes_the_bytes_of_the_stdlib_encoder() -> None:
-    # orjson (issue 15) must not change a byte: sorted keys, compact, UTF-8.
+    # orjson must not change a byte: sorted keys, compact, UTF-8.
     for facts in _hostile_facts():
         doc = document_json(facts, tool_version=TOOL)
         stdlib = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

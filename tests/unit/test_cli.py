@@ -242,7 +242,7 @@ def test_scan_from_stdin(
     assert json.loads(capsys.readouterr().out)["roots"]
 
 
-# -- scan at fleet scale (issue 15): same documents, written atomically ---------
+# -- scan at fleet scale: same documents, written atomically ---------------------
 
 
 def _fleet(tmp_path: Path) -> tuple[Path, list[Obj]]:
@@ -264,7 +264,7 @@ def test_scan_writes_the_core_documents_and_nothing_else(tmp_path: Path) -> None
     from aibom_core.graph import build_graph
     from aibom_core.kinds import default_registry
     from aibom_core.rollup import inventory
-    from aibom_rollup.cli import tool_version
+    from aibom_edge.options import tool_version
 
     dump, objs = _fleet(tmp_path)
     out = tmp_path / "out"

@@ -2,7 +2,7 @@
 
 `FactsCache` reads a root once and gives every root whose objects say the
 same things under other names the same facts with its own names put back
-(issue 15: a fleet runs a few templates under 20,000 names). Every test here
+(a fleet runs a few templates under 20,000 names). Every test here
 compares with `facts_of` without a cache, which reads each root directly.
 """
 
@@ -32,7 +32,7 @@ REG = default_registry()
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT / "tests" / "upstream"
 FLEET = ["deployment", "nim", "cronjob", "lws", "dcd"]
-# The documents' digests, written by the code before issue 15 (same render,
+# The documents' digests, written by the code before the cache (same render,
 # fixed input hash and tool version): the cache and orjson change no byte.
 GOLDEN = Path(__file__).resolve().parent / "data" / "scan_documents.json"
 DUMPS: dict[str, dict[str, Any]] = {

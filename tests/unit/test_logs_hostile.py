@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient
 
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
-from aibom_rollup.logs import formatter
+from aibom_edge.logs import formatter
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review
 from webhook.app import Admitter, Readiness, make_app
@@ -148,7 +148,7 @@ def test_json_fields_round_trip(records: list[logging.LogRecord]) -> None:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_logfmt_value_quotes_exactly_when_needed(value: str) -> None:
-    from aibom_rollup.logs import logfmt_value, quote
+    from aibom_edge.logs import logfmt_value, quote
 
     out = logfmt_value(value)
     assert out.startswith('"') and json.loads(out) == value

@@ -9,6 +9,7 @@ import yaml
 
 from aibom_core.kinds import GroupKind, default_registry
 from tests.unit.manifest_docs import PLURAL
+from webhook.ownerwatch import owner_kinds
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
@@ -44,7 +45,12 @@ def test_rbac_grants_get_on_every_walked_kind_and_nothing_else() -> None:
     granted = _covered(walk)
     reg = default_registry()
     assert granted == _want(reg.tracked | reg.walk_only)
-    assert {v for rule in walk for v in rule["verbs"]} == {"get"}
+    # get on every walked kind; list/watch (the owner index, issue 15) on exactly
+    # the kinds it watches: all but Pods.
+    indexed = _covered([r for r in walk if set(r["verbs"]) == {"get", "list", "watch"}])
+    assert indexed == _want(frozenset(owner_kinds(reg)))
+    assert ("", "pods") not in indexed
+    assert {v for rule in walk for v in rule["verbs"]} == {"get", "list", "watch"}
     # Provenance (issue 12): exactly these three rules besides the walk's.
     assert [r for r in role["rules"] if r in PROVENANCE_RULES] == PROVENANCE_RULES
 

@@ -1,0 +1,496 @@
+"""The watch-backed owner index (issue 15): owners answered from memory, not GETs.
+
+With the TTL cache off or cold, every hop of a walk is a GET, in sequence (a
+depth-4 Pod: four round trips, p99 20 ms at 200/s on the benchmark machine).
+This index lists and watches the kinds that control other objects, so a walk
+whose owners exist finds every hop in memory, from the first admission after
+start.
+
+What is kept, and so the memory bound
+-------------------------------------
+- Kinds: every kind of the registry except Pods: ReplicaSet, Deployment,
+  StatefulSet, DaemonSet, Job, CronJob and the tracked or walked CRDs
+  (`owner_kinds`). A Pod is an owner only under a LeaderWorkerSet (its leader
+  Pod controls the worker StatefulSet); holding every Pod of the cluster to
+  save that one hop is not worth it: a Pod owner is answered as before (TTL
+  cache, else a GET).
+- Fields: lists and watches ask for metadata only (PartialObjectMetadata:
+  no spec, no status on the wire), and each object is slimmed to what the
+  walk reads: name, namespace, UID, the controller reference, and of the
+  annotations only the proof of that controller edge (`Keys.proof_key`) and,
+  of a Deployment, our stamp keys (its ReplicaSets mirror them). The memory is
+  then (objects of those kinds in the cluster) x (bytes per slim entry,
+  measured in BENCHMARKS.md, "Webhook on a cold cache").
+
+Why an answer from it keeps the UID check exact
+-----------------------------------------------
+Entries are keyed by UID and the walk asks by the UID its child's reference
+names; the resolver also requires the entry to stand where the reference
+points (namespace and name), and the walk checks UID and kind as for a GET.
+A child whose owner was deleted and re-created under the same name names the
+old UID: the new object is indexed under its new UID, so it can never answer
+(the old one, once its DELETED event is read, is gone; until then it answers
+as the deleted owner, the same bounded staleness as the TTL cache). A miss
+(an owner created after the list whose ADDED event has not arrived, a kind
+not served or not readable) falls through to the TTL cache and a live GET:
+a just-created owner still resolves.
+
+A kind answers only while its watch is trusted: synced once, and watching,
+or down for less than `grace` seconds (a relist after `410 Gone`, a resumed
+watch). A watch down for longer stops answering until it has listed again,
+so a broken watch never serves old views for longer than the TTL cache would.
+
+Lifecycle of one kind (`KindWatch`, client-go's reflector in miniature)
+-----------------------------------------------------------------------
+Paged list (`limit`) into the index (entries of the kind the list no longer
+has are dropped); watch from the list's resourceVersion with bookmarks and
+`timeoutSeconds`; a watch the server ends is resumed from the last
+resourceVersion; `410 Gone` (also on a paged list's continue token) relists;
+`401/403` (not allowed: RBAC not granted yet) and a kind not served (404 or
+absent from discovery) are retried every `retry` seconds, the kind answered
+by GETs meanwhile; other errors and a stream silent for `idle` seconds
+resume after an exponential backoff with jitter. Decided by HTTP status,
+never by message text. The annotator's `annotator/informer.py` does the same
+for full objects; the import contract keeps the two processes apart, so this
+is a second, smaller implementation (metadata only, no sink, no pages held).
+
+Readiness: `/readyz` waits for every kind to be settled (synced, known not
+readable or not served, or failing for longer than `sync_timeout`): until
+then the webhook is not ready, and whatever it answers uses GETs for what is
+not indexed. Nothing here blocks the event loop: pages are parsed one at a
+time, with a turn for the loop between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any
+
+from aibom_core.kinds import GroupKind, KindRegistry, group_of
+from aibom_core.objects import Obj
+from aibom_core.stamp import DEPLOYMENT, Keys
+from aibom_edge.kube import (
+    METADATA_LIST,
+    METADATA_WATCH,
+    ApiResource,
+    Kube,
+    KubeError,
+    WatchExpired,
+    retry_after,
+)
+
+log = logging.getLogger("webhook.ownerwatch")
+
+POD = GroupKind("", "Pod")
+DEFAULT_WATCH_TIMEOUT = 300
+DEFAULT_SYNC_TIMEOUT = 30.0
+DEFAULT_GRACE = 5.0
+
+
+def owner_kinds(registry: KindRegistry) -> list[GroupKind]:
+    """The kinds the index watches: every kind of the registry but Pods (module doc)."""
+    kinds = (registry.tracked | registry.walk_only) - {POD}
+    return sorted(kinds, key=lambda gk: (gk.group, gk.kind))
+
+
+class WatchState(StrEnum):
+    LISTING = "listing"
+    WATCHING = "watching"
+    BACKOFF = "backoff"
+    FORBIDDEN = "forbidden"
+    ABSENT = "absent"  # the API server does not serve the kind
+    STOPPED = "stopped"
+
+
+# One owner, compactly: ((apiVersion, kind), name, namespace, uid, the controller
+# reference as (apiVersion, kind, name, uid) or None, the kept annotations as
+# pairs). Tuples of shared strings, not dicts: a third of the memory; `expand`
+# rebuilds the object the walk reads (a few microseconds per hop).
+Entry = tuple[
+    tuple[str, str], str, str, str, tuple[str, str, str, str] | None, tuple[tuple[str, str], ...]
+]
+
+
+def expand(entry: Entry) -> Obj:
+    """The object an entry stands for, as the walk reads it."""
+    (api_version, kind), name, namespace, uid, ref, annotations = entry
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if ref is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": ref[0],
+                "kind": ref[1],
+                "name": ref[2],
+                "uid": ref[3],
+                "controller": True,
+            }
+        ]
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
+
+
+class OwnerStore:
+    """Slim owners by UID, and the UIDs of each kind (for relists)."""
+
+    def __init__(self, keys: Keys) -> None:
+        self._keys = keys
+        self._by_uid: dict[str, Entry] = {}
+        self._uids: dict[GroupKind, set[str]] = {}
+
+    def wanted(self, subject: GroupKind, owner: GroupKind | None) -> frozenset[str]:
+        """The annotations the walk reads of an owner of kind `subject` controlled by
+        an `owner`: the proof of that edge (`Keys.proof_key`), and of a Deployment
+        our stamp keys too (a ReplicaSet child mirrors them)."""
+        keys = self._keys
+        wanted = {keys.proof_key(subject, owner)} if owner is not None else set()
+        if subject == DEPLOYMENT:
+            wanted.update(keys.all())
+        return frozenset(wanted)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def count(self, gk: GroupKind) -> int:
+        return len(self._uids.get(gk, ()))
+
+    def get(self, uid: str) -> Obj | None:
+        entry = self._by_uid.get(uid)
+        return expand(entry) if entry is not None else None
+
+    def slim(self, res: ApiResource, raw: Any) -> Entry | None:
+        """The entry for a listed or watched object (None: not an object we can key)."""
+        meta = raw.get("metadata") if isinstance(raw, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        uid, name = meta.get("uid"), meta.get("name")
+        if not isinstance(uid, str) or not uid or not isinstance(name, str):
+            return None
+        owner: GroupKind | None = None
+        ref: tuple[str, str, str, str] | None = None
+        refs = meta.get("ownerReferences")
+        for item in refs if isinstance(refs, list) else ():
+            if isinstance(item, dict) and item.get("controller") is True:
+                api_version = sys.intern(str(item.get("apiVersion", "")))
+                kind = sys.intern(str(item.get("kind", "")))
+                owner = GroupKind(group_of(api_version), kind)
+                ref = (api_version, kind, str(item.get("name", "")), str(item.get("uid", "")))
+                break
+        kept: tuple[tuple[str, str], ...] = ()
+        ann = meta.get("annotations")
+        if isinstance(ann, dict):
+            wanted = self.wanted(GroupKind(res.group, res.kind), owner)
+            kept = tuple(
+                (sys.intern(k), v) for k, v in ann.items() if k in wanted and isinstance(v, str)
+            )
+        # The served apiVersion: the walk compares groups, never versions.
+        what = (sys.intern(res.api_version), sys.intern(res.kind))
+        return (what, name, sys.intern(str(meta.get("namespace") or "")), uid, ref, kept)
+
+    def upsert(self, gk: GroupKind, entry: Entry) -> None:
+        uid = entry[3]
+        self._by_uid[uid] = entry
+        self._uids.setdefault(gk, set()).add(uid)
+
+    def delete(self, gk: GroupKind, uid: str) -> None:
+        self._by_uid.pop(uid, None)
+        self._uids.get(gk, set()).discard(uid)
+
+    def replace(self, gk: GroupKind, entries: dict[str, Entry]) -> None:
+        """A completed list: the kind's entries are exactly these now."""
+        for uid in self._uids.get(gk, set()) - entries.keys():
+            self._by_uid.pop(uid, None)
+        self._by_uid.update(entries)
+        self._uids[gk] = set(entries)
+
+
+class _Refused(Exception):
+    """403/401 (not allowed) or 404 / not in discovery (not served): retry slowly."""
+
+    def __init__(self, state: WatchState, message: str) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class _Silent(Exception):
+    pass
+
+
+class KindWatch:
+    """List and watch one kind into the store, until cancelled (module doc)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        gk: GroupKind,
+        store: OwnerStore,
+        *,
+        page_size: int = 500,
+        watch_timeout: int = DEFAULT_WATCH_TIMEOUT,
+        idle: float = 90.0,
+        retry: float = 30.0,
+        backoff_base: float = 0.2,
+        backoff_cap: float = 30.0,
+        sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
+        grace: float = DEFAULT_GRACE,
+        on_change: Callable[[KindWatch], None] = lambda w: None,
+        on_restart: Callable[[GroupKind, str], None] = lambda gk, why: None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.kube, self.gk, self.store = kube, gk, store
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.idle = min(idle, watch_timeout + 30)
+        self.retry = retry
+        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
+        self.sync_timeout = sync_timeout
+        self.grace = grace
+        self._on_change, self._on_restart = on_change, on_restart
+        self._clock, self._sleep, self._rand = clock, sleep, rand
+        self.state = WatchState.LISTING
+        self.error = ""
+        self.synced = False
+        self.resource_version = ""
+        self.relists = 0
+        self.started_at = clock()
+        self._unhealthy_since: float | None = None  # when it last stopped watching
+        self._failures = 0
+
+    @property
+    def settled(self) -> bool:
+        """Readiness need not wait for it: synced, known unreadable, or failing too long."""
+        return (
+            self.synced
+            or self.state in (WatchState.FORBIDDEN, WatchState.ABSENT)
+            or self._clock() - self.started_at > self.sync_timeout
+        )
+
+    def settle_in(self) -> float:
+        """Seconds until `settled` holds by the sync timeout alone."""
+        return self.sync_timeout - (self._clock() - self.started_at)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether its entries may answer a walk now (module doc)."""
+        if not self.synced:
+            return False
+        since = self._unhealthy_since
+        return since is None or self._clock() - since < self.grace
+
+    def _set(self, state: WatchState, error: str = "") -> None:
+        if state is WatchState.WATCHING:
+            self._unhealthy_since = None
+        elif self._unhealthy_since is None:
+            self._unhealthy_since = self._clock()
+        changed = state is not self.state or error != self.error
+        self.state, self.error = state, error
+        if changed:
+            self._on_change(self)
+
+    async def run(self) -> None:
+        relist = True
+        try:
+            while True:
+                try:
+                    res = await self.kube.discovery.resource(self.gk)
+                    if res is None:
+                        raise _Refused(WatchState.ABSENT, f"{self.gk} is not served")
+                    if relist:
+                        self._set(WatchState.LISTING)
+                        self.resource_version = await self._list(res)
+                        self.relists += 1
+                        self.synced = True
+                        relist = False
+                    self._set(WatchState.WATCHING)
+                    await self._watch(res)
+                    self._failures = 0
+                    self._on_restart(self.gk, "closed")
+                except WatchExpired:
+                    relist = True
+                    self._on_restart(self.gk, "expired")
+                except _Refused as exc:
+                    relist = True
+                    self._set(exc.state, str(exc))
+                    await self._sleep(self.retry)
+                except (KubeError, TimeoutError, ValueError, _Silent) as exc:
+                    status = exc.status if isinstance(exc, KubeError) else None
+                    if status in (401, 403, 404):
+                        relist = True  # RBAC or the CRD changed under the watch: the list says
+                    self._on_restart(self.gk, "idle" if isinstance(exc, _Silent) else "error")
+                    wait = exc.retry_after if isinstance(exc, KubeError) else None
+                    await self._backoff(str(exc) or type(exc).__name__, wait)
+        finally:
+            self._set(WatchState.STOPPED)
+
+    def backoff_delay(self, retry_after: float | None = None) -> float:
+        """The server's Retry-After if it sent one, else exponential from `backoff_base`
+        with jitter (x0.8-1.2, from the injected `rand`); never above `backoff_cap`."""
+        self._failures += 1
+        if retry_after is not None:
+            return min(self.backoff_cap, retry_after)
+        exponent = min(self._failures - 1, 30)
+        jitter = 0.8 + 0.4 * self._rand()
+        return min(self.backoff_cap, self.backoff_base * 2.0**exponent * jitter)
+
+    async def _backoff(self, error: str, wait: float | None) -> None:
+        self._set(WatchState.BACKOFF, error)
+        delay = self.backoff_delay(wait)
+        log.warning(
+            "owner watch failed; retrying (its kind is answered by GETs meanwhile)",
+            extra={"kind": str(self.gk), "error": error[:300], "retry_in_s": round(delay, 2)},
+        )
+        await self._sleep(delay)
+
+    async def _list(self, res: ApiResource) -> str:
+        path = res.path()
+        params = {"limit": str(self.page_size)}
+        seen: dict[str, Entry] = {}
+        while True:
+            resp = await self.kube.request(
+                "GET", path, params=params, accept=METADATA_LIST, timeout=60
+            )
+            body = resp.body
+            if resp.status == 410 and "continue" in params:
+                # The continue token expired: start over, forgetting this pass.
+                params.pop("continue")
+                seen = {}
+                self._on_restart(self.gk, "continue_expired")
+                continue
+            if resp.status in (401, 403):
+                raise _Refused(WatchState.FORBIDDEN, f"list {path}: HTTP {resp.status}")
+            if resp.status == 404:
+                raise _Refused(WatchState.ABSENT, f"list {path}: HTTP 404")
+            if not resp.ok or not isinstance(body, dict):
+                raise KubeError(
+                    f"list {path}: HTTP {resp.status}",
+                    status=resp.status,
+                    retry_after=retry_after(resp.headers),
+                )
+            for item in body.get("items") or ():
+                entry = self.store.slim(res, item)
+                if entry is not None:
+                    seen[entry[3]] = entry
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                self.store.replace(self.gk, seen)
+                self._failures = 0
+                return str(meta.get("resourceVersion", ""))
+            params["continue"] = str(token)
+            del body
+            await asyncio.sleep(0)  # a turn for the loop between pages
+
+    async def _watch(self, res: ApiResource) -> None:
+        params = {
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout),
+        }
+        stream = self.kube.watch(res.path(), params, accept=METADATA_WATCH)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.idle):
+                        event = await anext(stream, None)
+                except TimeoutError:
+                    raise _Silent(f"watch {res.path()}: no data for {self.idle:g} s") from None
+                if event is None:
+                    return
+                self._failures = 0
+                self._apply(res, event)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
+
+    def _apply(self, res: ApiResource, event: dict[str, Any]) -> None:
+        raw = event.get("object")
+        if not isinstance(raw, dict):
+            return
+        meta = raw.get("metadata")
+        rv = str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
+        kind = event.get("type")
+        if kind in ("ADDED", "MODIFIED"):
+            entry = self.store.slim(res, raw)
+            if entry is not None:
+                self.store.upsert(self.gk, entry)
+        elif kind == "DELETED" and isinstance(meta, dict):
+            self.store.delete(self.gk, str(meta.get("uid") or ""))
+        if rv:
+            self.resource_version = rv
+
+
+class OwnerWatch:
+    """The index the resolver asks (`OwnerIndex`): one `KindWatch` per owner kind."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        registry: KindRegistry,
+        keys: Keys,
+        *,
+        kinds: list[GroupKind] | None = None,
+        on_restart: Callable[[GroupKind, str], None] = lambda gk, why: None,
+        **options: Any,
+    ) -> None:
+        self.store = OwnerStore(keys)
+        self.changed = asyncio.Event()
+        self.watches = {
+            gk: KindWatch(
+                kube,
+                gk,
+                self.store,
+                on_change=self._changed,
+                on_restart=on_restart,
+                **options,
+            )
+            for gk in (kinds if kinds is not None else owner_kinds(registry))
+        }
+
+    def _changed(self, watch: KindWatch) -> None:
+        self.changed.set()
+        log.log(
+            logging.WARNING if watch.state is WatchState.FORBIDDEN else logging.DEBUG,
+            "owner watch state",
+            extra={"kind": str(watch.gk), "state": watch.state.value, "error": watch.error},
+        )
+
+    def owner(self, uid: str, gk: GroupKind) -> Obj | None:
+        watch = self.watches.get(gk)
+        if watch is None or not watch.trusted:
+            return None
+        return self.store.get(uid)
+
+    @property
+    def settled(self) -> bool:
+        return all(w.settled for w in self.watches.values())
+
+    def summary(self) -> str:
+        """`kind=state` for each kind, for /readyz and the log."""
+        return ", ".join(
+            f"{gk}={'synced' if w.synced and w.state is WatchState.WATCHING else w.state.value}"
+            for gk, w in self.watches.items()
+        )
+
+    async def run(self) -> None:
+        """Every kind's watch, until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            for gk, watch in self.watches.items():
+                tg.create_task(watch.run(), name=f"owner-watch {gk}")
+
+    async def wait_settled(self) -> None:
+        """Until every kind is settled (the sync timeout bounds it)."""
+        while not self.settled:
+            self.changed.clear()
+            left = max((w.settle_in() for w in self.watches.values()), default=0.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(left, 0.0) + 0.05):
+                    await self.changed.wait()
