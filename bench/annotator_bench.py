@@ -537,14 +537,30 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=48)
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument(
+        "--peer",
+        action="store_true",
+        help="then run k8s-aibom on the same objects and report both (bench/peer.py)",
+    )
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="aibom-annotator-bench-"))
     off = "-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob"
-    with ControlPlane(extra_controller_manager_args=[f"--controllers=*,{off}"]) as cp:
+    if args.peer:  # issue 15: side by side with k8s-aibom (bench/peer.py)
+        import peer
+
+        peer_bin = peer.ensure_peer()  # before the control plane: minutes on a cold cache
+    audit = peer.apiserver_args(workdir) if args.peer else []
+    with ControlPlane(
+        extra_controller_manager_args=[f"--controllers=*,{off}"], extra_apiserver_args=audit
+    ) as cp:
         cp.install_crds()
+        setup = peer.prepare(cp, args, peer_bin, workdir) if args.peer else None
         with open(workdir / "annotator.log", "wb") as log_file:
             result = asyncio.run(bench(args, cp, log_file))
+        if setup is not None:
+            result["side_by_side"] = peer.side_by_side(args, cp, setup, result)
+            log("side by side:\n" + result["side_by_side"]["table"])
     result["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     text = json.dumps(result, indent=2)
     print(text)

@@ -54,6 +54,9 @@ class GoTool:
     version_args: tuple[str, ...]
     #: go build -tags
     tags: tuple[str, ...] = ()
+    #: what the version_args output must contain (default: the version without its "v");
+    #: for a binary with no version flag, a text of its --help
+    expect: str | None = None
 
 
 HELM_VERSION: Final = "v4.3.2"
@@ -107,9 +110,10 @@ def tool_path(name: str) -> Path:
     return cache_dir() / "tools" / tool_key(tool) / "bin" / tool.name
 
 
-def ensure_tool(name: str, *, progress_interval: float = 15.0) -> Path:
-    """Build `name` (helm or promtool) unless cached; return the binary."""
-    tool = TOOLS[name]
+def ensure_tool(name: str | GoTool, *, progress_interval: float = 15.0) -> Path:
+    """Build `name` (helm or promtool, or a GoTool of the caller's) unless cached; return
+    the binary."""
+    tool = TOOLS[name] if isinstance(name, str) else name
     key_dir = cache_dir() / "tools" / tool_key(tool)
     binary = key_dir / "bin" / tool.name
     if os.access(binary, os.X_OK):
@@ -146,7 +150,7 @@ def _build(tool: GoTool, key_dir: Path, progress_interval: float) -> None:
         raise BuildError(f"go list {tool.package} failed:\n{res.stderr[-4000:]}")
     total = len(res.stdout.split())
     cmd = [go, "build", "-v", "-trimpath", *tags, "-ldflags", tool.ldflags]
-    cmd += ["-o", str(staging) + os.sep]
+    cmd += ["-o", str(staging / tool.name)]  # the tool's name, whatever its package's
     cmd.append(tool.package)
     _log(
         f"building {tool.name} {tool.version} ({total} packages) into {key_dir}; "
@@ -209,10 +213,10 @@ def _build(tool: GoTool, key_dir: Path, progress_interval: float) -> None:
     out = subprocess.run(
         [str(staging / tool.name), *tool.version_args], capture_output=True, text=True, check=False
     )
-    version = tool.version.lstrip("v")
-    if version not in out.stdout + out.stderr:
+    expect = tool.version.lstrip("v") if tool.expect is None else tool.expect
+    if expect not in out.stdout + out.stderr:
         shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(f"built {tool.name} reports {out.stdout.strip()!r}, not {tool.version}")
+        raise BuildError(f"built {tool.name} reports {out.stdout.strip()!r}, not {expect!r}")
     bin_dir = key_dir / "bin"
     shutil.rmtree(bin_dir, ignore_errors=True)
     staging.rename(bin_dir)
