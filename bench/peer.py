@@ -75,6 +75,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import annotator_bench as ab  # noqa: E402
 
+from aibom_core.rollup import unpack  # noqa: E402
 from aibom_rollup.kube import Kube  # noqa: E402
 from tests.controlplane import (  # noqa: E402
     BuildError,
@@ -408,7 +409,13 @@ async def run_peer(args: argparse.Namespace, cp: ControlPlane, setup: Setup, out
             f"--metrics-bind-address=127.0.0.1:{mport}",
             f"--health-probe-bind-address=127.0.0.1:{hport}",
         ]
-        env = {**child_env(), "KUBECONFIG": str(setup.kubeconfig)}
+        # The chart's downward-API variables (its startup Event names this Pod).
+        env = {
+            **child_env(),
+            "KUBECONFIG": str(setup.kubeconfig),
+            "POD_NAME": "k8s-aibom-bench",
+            "POD_NAMESPACE": PEER_NAMESPACE,
+        }
         started = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -426,6 +433,8 @@ async def run_peer(args: argparse.Namespace, cp: ControlPlane, setup: Setup, out
             client_cold = _client_requests(ab.metrics(mport))
             log(f"peer cold: {cold:.2f} s, peak RSS {rss_cold / 1024:.0f} MiB")
             documents = {name: watch.text.get(name, "") for name in watch.first}
+            # Before the update probes change their Pods: what each tool's document says.
+            samples = await _samples(kube, setup.directory)
 
             # Update: a rollout of one workload at a time (see the module docstring).
             names = sorted(n for n in pods_of if n in watch.first)
@@ -462,6 +471,7 @@ async def run_peer(args: argparse.Namespace, cp: ControlPlane, setup: Setup, out
         "client_requests_at_end": client_end,
         "peak_rss_mib_after_cold": round(rss_cold / 1024, 1),
         "peak_rss_mib_at_end": round(rss_end / 1024, 1),
+        "document_samples": samples,
         "update_probe": "rollout: all Pods of one workload get one new digest",
         "update_samples": len(latencies),
         "update_p50_ms": round(1000 * statistics.median(latencies), 1),
@@ -477,6 +487,47 @@ async def _our_documents(kube: Kube) -> dict[str, int]:
     )
     kinds = Counter(cm["metadata"]["name"].split("-")[1] for cm in resp.body["items"])
     return dict(sorted(kinds.items()))
+
+
+#: One root of each shape: (its label selector, our document, the peer's document).
+SAMPLES: Final = (
+    ("app=d0", "aibom-deployment-d0", "apps-deployment-d0"),
+    ("app=g0-worker", "aibom-dynamographdeployment-g0", "apps-deployment-g0-worker"),
+    ("lws=l0", "aibom-leaderworkerset-l0", "apps-statefulset-l0"),
+)
+
+
+async def _samples(kube: Kube, directory: Path) -> list[Obj]:
+    """For one root of each shape: how many of its Pods' current digests each tool's
+    document names (the documents themselves go to documents-sample.json)."""
+    facts: list[Obj] = []
+    texts: dict[str, str] = {}
+    for selector, ours_name, peer_name in SAMPLES:
+        resp = await kube.request(
+            "GET", ab.PATHS["Pod"].format(ns=ab.NS), params={"labelSelector": selector}
+        )
+        digests = {
+            cs["imageID"].rsplit("@sha256:", 1)[-1]
+            for pod in resp.body.get("items", [])
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        }
+        cm = await kube.request("GET", f"/api/v1/namespaces/{ab.NS}/configmaps/{ours_name}")
+        raw = unpack(cm.body) if cm.ok else None
+        texts[ours_name] = raw.decode() if raw else ""
+        bom = await kube.request("GET", f"{PEER_AIBOMS.format(ns=ab.NS)}/{peer_name}")
+        inline = ((bom.body.get("status") or {}).get("bomDocument") or {}).get("inline") or {}
+        texts[peer_name] = base64.b64decode(inline.get("data", "")).decode() if bom.ok else ""
+        facts.append({
+            "root": ours_name.removeprefix("aibom-"),
+            "pods": len(resp.body.get("items", [])),
+            "distinct_pod_digests": len(digests),
+            "ours": {"document": ours_name,
+                     "pod_digests_named": sum(d in texts[ours_name] for d in digests)},
+            "peer": {"document": peer_name,
+                     "pod_digests_named": sum(d in texts[peer_name] for d in digests)},
+        })  # fmt: skip
+    (directory / "documents-sample.json").write_text(json.dumps(texts, indent=2) + "\n")
+    return facts
 
 
 # --------------------------------------------------------------------------- side by side
@@ -525,7 +576,13 @@ def side_by_side(args: argparse.Namespace, cp: ControlPlane, setup: Setup, ours:
         "update_p99_ms": ours.get("update_p99_ms"),
         "update_max_ms": ours.get("update_max_ms"),
     }
-    result = {"roots": args.roots, "pods": ours.get("pods"), "ours": ours_row, "peer": peer}
+    result = {
+        "roots": args.roots,
+        "pods": ours.get("pods"),
+        "ours": ours_row,
+        "peer": peer,
+        "document_samples": peer.pop("document_samples"),
+    }
     result["table"] = table(result)
     return result
 
