@@ -57,7 +57,6 @@ import datetime as _dt
 import functools
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -80,7 +79,6 @@ from aibom_rollup.kube import Kube  # noqa: E402
 from tests.controlplane import (  # noqa: E402
     BuildError,
     ControlPlane,
-    _token_kubeconfig,
     child_env,
     shared_dir,
 )
@@ -273,17 +271,9 @@ def install_peer(cp: ControlPlane, src: Path, directory: Path) -> Path:
             "apply", "--server-side", "--field-manager=aibom-bench", "-f", "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
         )  # fmt: skip
-    path = f"/api/v1/namespaces/{PEER_NAMESPACE}/serviceaccounts/{PEER_SERVICE_ACCOUNT}/token"
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-            "spec": {"expirationSeconds": _TOKEN_SECONDS}}  # fmt: skip
-    resp = cp.request("POST", path, body)
-    if not resp.ok:
-        raise RuntimeError(f"TokenRequest for {PEER_USER}: {resp.status} {resp.body[:300]!r}")
-    kubeconfig = directory / "peer.kubeconfig"
-    kubeconfig.write_text(
-        _token_kubeconfig(cp.server, cp.ca_pem, resp.json()["status"]["token"], PEER_USER)
+    kubeconfig = cp.service_account_kubeconfig(
+        PEER_NAMESPACE, PEER_SERVICE_ACCOUNT, directory / "peer.kubeconfig", _TOKEN_SECONDS
     )
-    kubeconfig.chmod(0o600)
     kinds = Counter(d["kind"] for d in base[1:] + configs)
     log(f"installed the peer's chart (CRDs, {dict(kinds)}); it runs as {PEER_USER}")
     return kubeconfig
@@ -296,32 +286,20 @@ class AibomWatch(ab.DocWatch):
     """The peer's AIBOMs: first time each holds a document, and the document's text."""
 
     def __init__(self, kube: Kube) -> None:
-        super().__init__(kube)
+        super().__init__(kube, PEER_AIBOMS.format(ns=ab.NS), selector=None)
         #: document name -> the kind of the workload it is about (spec.workloadRef.kind)
         self.kinds: dict[str, str] = {}
 
-    async def run(self) -> None:
-        rv = ""
-        path = PEER_AIBOMS.format(ns=ab.NS)
-        while True:
-            params = {"allowWatchBookmarks": "true"}
-            if rv:
-                params["resourceVersion"] = rv
-            with contextlib.suppress(Exception):
-                async for ev in self.kube.watch(path, params):
-                    obj = ev.get("object") or {}
-                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                    if ev.get("type") not in ("ADDED", "MODIFIED"):
-                        continue
-                    inline = ((obj.get("status") or {}).get("bomDocument") or {}).get("inline")
-                    if not inline or not inline.get("data"):
-                        continue
-                    name = obj["metadata"]["name"]
-                    self.first.setdefault(name, time.monotonic())
-                    self.kinds[name] = obj.get("spec", {}).get("workloadRef", {}).get("kind", "")
-                    with contextlib.suppress(binascii.Error, UnicodeDecodeError):
-                        self.text[name] = base64.b64decode(inline["data"]).decode()
-                    self.changed.set()
+    def seen(self, obj: Obj) -> None:
+        inline = ((obj.get("status") or {}).get("bomDocument") or {}).get("inline")
+        if not inline or not inline.get("data"):
+            return  # created, its status (where the document lives) not yet written
+        name = obj["metadata"]["name"]
+        self.first.setdefault(name, time.monotonic())
+        self.kinds[name] = obj.get("spec", {}).get("workloadRef", {}).get("kind", "")
+        with contextlib.suppress(binascii.Error, UnicodeDecodeError):
+            self.text[name] = base64.b64decode(inline["data"]).decode()
+        self.changed.set()
 
 
 async def _items(kube: Kube, kind: str) -> list[Obj]:
@@ -364,18 +342,8 @@ async def _workload_pods(kube: Kube) -> dict[str, list[str]]:
 
 
 async def _set_digest(kube: Kube, pod: str, digest: str) -> None:
-    body = {"status": {"containerStatuses": [{
-        "name": "main", "image": ab.IMAGE, "imageID": f"{ab.IMAGE.rsplit(':', 1)[0]}@{digest}",
-        "ready": True, "restartCount": 1, "started": True,
-        "state": {"running": {"startedAt": "2026-10-05T13:00:00Z"}}}]}}  # fmt: skip
-    resp = await kube.request(
-        "PATCH",
-        f"/api/v1/namespaces/{ab.NS}/pods/{pod}/status",
-        json=body,
-        content_type="application/merge-patch+json",
-    )
-    if not resp.ok:
-        raise RuntimeError(f"status of {pod}: {resp.status} {str(resp.body)[:300]}")
+    """What a kubelet writes when the Pod runs a new digest (the bench's own status write)."""
+    await ab.Builder(kube, concurrency=1).status({"metadata": {"name": pod}}, digest)
 
 
 def _client_requests(m: dict[str, float]) -> dict[str, int]:
@@ -453,14 +421,7 @@ async def run_peer(args: argparse.Namespace, cp: ControlPlane, setup: Setup, out
             rss_end = ab.rss_kib(proc.pid, "VmHWM")
             client_end = _client_requests(ab.metrics(mport))
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                os.killpg(proc.pid, signal.SIGKILL)
-            if watch.task:
-                watch.task.cancel()
+            await ab.stop(proc, watch)
     return {
         "cold_seconds": round(cold, 2),
         "cold_cpu_seconds": round(cpu_cold, 2),
@@ -624,10 +585,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("what", choices=["build"], help="build (or find cached) the peer's binary")
     ap.parse_args(argv)
     try:
-        print(ensure_peer())
+        binary = ensure_peer()
     except BuildError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        sys.exit(f"error: {exc}")  # exit status 1, the message on stderr
+    print(binary)
     return 0
 
 
