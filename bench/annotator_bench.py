@@ -306,10 +306,20 @@ async def populate(
 
 
 class DocWatch:
-    """A watch of the annotator's ConfigMaps: first-write times and the latest text per name."""
+    """A watch of the annotator's ConfigMaps: first-write times and the latest text per name.
 
-    def __init__(self, kube: Kube) -> None:
+    (bench/peer.py watches the peer's AIBOMs with it: another path, another `seen`.)
+    """
+
+    def __init__(
+        self,
+        kube: Kube,
+        path: str = f"/api/v1/namespaces/{NS}/configmaps",
+        selector: str | None = MANAGED,
+    ) -> None:
         self.kube = kube
+        self.path = path
+        self.selector = selector
         self.first: dict[str, float] = {}
         self.text: dict[str, str] = {}
         self.changed = asyncio.Event()
@@ -317,22 +327,26 @@ class DocWatch:
 
     async def run(self) -> None:
         rv = ""
-        path = f"/api/v1/namespaces/{NS}/configmaps"
         while True:
-            params = {"labelSelector": MANAGED, "allowWatchBookmarks": "true"}
+            params = {"allowWatchBookmarks": "true"}
+            if self.selector:
+                params["labelSelector"] = self.selector
             if rv:
                 params["resourceVersion"] = rv
             with contextlib.suppress(Exception):
-                async for ev in self.kube.watch(path, params):
+                async for ev in self.kube.watch(self.path, params):
                     obj = ev.get("object") or {}
                     rv = obj.get("metadata", {}).get("resourceVersion", rv)
                     if ev.get("type") in ("ADDED", "MODIFIED"):
-                        name = obj["metadata"]["name"]
-                        now = time.monotonic()
-                        self.first.setdefault(name, now)
-                        raw = unpack(obj)
-                        self.text[name] = raw.decode() if raw else ""
-                        self.changed.set()
+                        self.seen(obj)
+
+    def seen(self, obj: dict[str, Any]) -> None:
+        """An object was added or modified: note its first time and its document's text."""
+        name = obj["metadata"]["name"]
+        self.first.setdefault(name, time.monotonic())
+        raw = unpack(obj)
+        self.text[name] = raw.decode() if raw else ""
+        self.changed.set()
 
     async def wait(self, probe: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -389,6 +403,18 @@ def requests_of(m: dict[str, float]) -> dict[str, int]:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
+    """SIGTERM to the process group (SIGKILL after 30 s), and end the watch."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), 30)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+    if watch.task:
+        watch.task.cancel()
 
 
 async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:
@@ -490,13 +516,7 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             rss_end = rss_kib(proc.pid, "VmHWM")
             rss_now = rss_kib(proc.pid, "VmRSS")
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                os.killpg(proc.pid, signal.SIGKILL)
-            if watch.task:
-                watch.task.cancel()
+            await stop(proc, watch)
         total = sum(reqs.values())
         return {
             "roots": args.roots,
@@ -529,14 +549,30 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=48)
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument(
+        "--peer",
+        action="store_true",
+        help="then run k8s-aibom on the same objects and report both (bench/peer.py)",
+    )
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="aibom-annotator-bench-"))
     off = "-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob"
-    with ControlPlane(extra_controller_manager_args=[f"--controllers=*,{off}"]) as cp:
+    if args.peer:  # issue 15: side by side with k8s-aibom (bench/peer.py)
+        import peer
+
+        peer_bin = peer.ensure_peer()  # before the control plane: minutes on a cold cache
+    audit = peer.apiserver_args(workdir) if args.peer else []
+    with ControlPlane(
+        extra_controller_manager_args=[f"--controllers=*,{off}"], extra_apiserver_args=audit
+    ) as cp:
         cp.install_crds()
+        setup = peer.prepare(cp, args, peer_bin, workdir) if args.peer else None
         with open(workdir / "annotator.log", "wb") as log_file:
             result = asyncio.run(bench(args, cp, log_file))
+        if setup is not None:
+            result["side_by_side"] = peer.side_by_side(args, cp, setup, result)
+            log("side by side:\n" + result["side_by_side"]["table"])
     result["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     text = json.dumps(result, indent=2)
     print(text)

@@ -37,6 +37,8 @@ Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
         cp.issue_identity("alice", ["team-a"]) -> ClientIdentity(user, groups,
                                       #   cert_file, key_file, kubeconfig)
         cp.restricted_kubeconfig("alice", ["team-a"]) -> Path  # no roles bound
+        cp.service_account_kubeconfig(ns, name, path, seconds) -> Path  # run as that
+                                      #   ServiceAccount (a TokenRequest token)
         cp.issue_serving_cert("hook", dns_names=("localhost",),
                               ip_addresses=("127.0.0.1",)) -> ServingCert(cert_file,
                                       #   key_file, ca_file): for a webhook on loopback
@@ -1711,19 +1713,9 @@ class ControlPlane:
         directory = self.data_dir / "lws"
         directory.mkdir(parents=True, exist_ok=True)
         user = f"system:serviceaccount:{LWS_NAMESPACE}:{LWS_SERVICE_ACCOUNT}"
-        resp = self.request(
-            "POST",
-            f"/api/v1/namespaces/{LWS_NAMESPACE}/serviceaccounts/{LWS_SERVICE_ACCOUNT}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": _LWS_TOKEN_SECONDS}},
-        )  # fmt: skip
-        if not resp.ok:
-            raise ControlPlaneError(f"TokenRequest for {user}: {resp.status} {resp.body[:300]!r}")
-        kubeconfig = directory / "kubeconfig"
-        kubeconfig.write_text(
-            _token_kubeconfig(self.server, self.ca_pem, resp.json()["status"]["token"], user)
+        kubeconfig = self.service_account_kubeconfig(
+            LWS_NAMESPACE, LWS_SERVICE_ACCOUNT, directory / "kubeconfig", _LWS_TOKEN_SECONDS
         )
-        kubeconfig.chmod(0o600)
         serving = self.issue_serving_cert("lws-webhook")  # tls.crt and tls.key, as it expects
         ports: set[int] = set()
         while len(ports) < 3:
@@ -1787,6 +1779,26 @@ class ControlPlane:
         self._lws = lws
         _log(f"LeaderWorkerSet controller {LWS_VERSION} ready as {user} in {lws.started_in:.1f} s")
         return lws
+
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, path: Path, seconds: int
+    ) -> Path:
+        """Write to `path` a kubeconfig with a TokenRequest token (`seconds` long) of the
+        ServiceAccount `namespace/name`: a process then runs as that ServiceAccount."""
+        user = f"system:serviceaccount:{namespace}:{name}"
+        resp = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": seconds}},
+        )  # fmt: skip
+        if not resp.ok:
+            raise ControlPlaneError(f"TokenRequest for {user}: {resp.status} {resp.body[:300]!r}")
+        path.write_text(
+            _token_kubeconfig(self.server, self.ca_pem, resp.json()["status"]["token"], user)
+        )
+        path.chmod(0o600)
+        return path
 
     def _apply_list(self, items: list[dict[str, Any]]) -> None:
         self.kubectl(

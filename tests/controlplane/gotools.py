@@ -47,6 +47,9 @@ class GoTool:
     version_args: tuple[str, ...]
     #: go build -tags
     tags: tuple[str, ...] = ()
+    #: what the version_args output must contain (default: the version without its "v");
+    #: for a binary with no version flag, a text of its --help
+    expect: str | None = None
 
 
 HELM_VERSION: Final = "v4.3.2"
@@ -100,9 +103,10 @@ def tool_path(name: str) -> Path:
     return cache_dir() / "tools" / tool_key(tool) / "bin" / tool.name
 
 
-def ensure_tool(name: str, *, progress_interval: float = 15.0) -> Path:
-    """Build `name` (helm or promtool) unless cached; return the binary."""
-    tool = TOOLS[name]
+def ensure_tool(name: str | GoTool, *, progress_interval: float = 15.0) -> Path:
+    """Build `name` (helm or promtool, or a GoTool of the caller's) unless cached; return
+    the binary."""
+    tool = TOOLS[name] if isinstance(name, str) else name
     key_dir = cache_dir() / "tools" / tool_key(tool)
     binary = key_dir / "bin" / tool.name
 
@@ -118,12 +122,15 @@ def ensure_tool(name: str, *, progress_interval: float = 15.0) -> Path:
             tags=tool.tags,
             verify=False,
         )
+        built = staging / Path(tool.package).name  # go build names it after its package
+        if tool.name != built.name:
+            built.rename(staging / tool.name)
         _install(
             staging,
             key_dir,
             binary=tool.name,
             version_args=tool.version_args,
-            expect=tool.version.lstrip("v"),
+            expect=tool.version.lstrip("v") if tool.expect is None else tool.expect,
         )
 
     _build_once(key_dir, lambda: os.access(binary, os.X_OK), build, progress_interval)

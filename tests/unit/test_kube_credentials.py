@@ -123,7 +123,7 @@ async def test_proxy_environment_applies_only_without_proxy_url(
 
 
 class _Clock:
-    """`time` for aibom_rollup.kube, moved forward by the test (the IdP keeps real time)."""
+    """`time` for aibom_edge.kube, moved forward by the test (the IdP keeps real time)."""
 
     def __init__(self) -> None:
         self.ahead = 0.0
