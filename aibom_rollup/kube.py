@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+import orjson
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import OwnerRef
@@ -45,6 +46,11 @@ WATCH_CHUNK = 1 << 16
 AGGREGATED_DISCOVERY = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;q=0.9"
 )
+# Metadata-only lists and watches (client-go's metadata informer): the server
+# sends PartialObjectMetadata(List), never the spec, status or data; a server
+# that cannot falls back to the full objects (the second media type).
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 
 
 class KubeError(Exception):
@@ -646,7 +652,7 @@ class Kube:
         return True
 
     async def watch(
-        self, path: str, params: Mapping[str, str] | None = None
+        self, path: str, params: Mapping[str, str] | None = None, *, accept: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of a watch (`?watch=1`), one dict each; ends when the server ends it.
 
@@ -661,7 +667,7 @@ class Kube:
             async with session.get(
                 self.server + path,
                 params=query,
-                headers=self._headers(None),
+                headers=self._headers(None, accept),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
                 **self._conn_opts,
             ) as resp:
@@ -755,9 +761,19 @@ def _proxy_in_env() -> bool:
     )
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _dumps(obj: Any) -> bytes | str:
+    # orjson: 5-10x faster (issue 15); what it refuses (an int past 64 bits) the stdlib writes.
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"))
 
 
 def _loads(raw: bytes) -> Any:
-    return json.loads(raw)
+    # orjson decodes list pages and watch events 2-3x faster than the stdlib
+    # (100,000 Pods at restart, issue 15). What it refuses (nesting past 1,024,
+    # a lone surrogate escape) goes to the stdlib parser, which decided before.
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)

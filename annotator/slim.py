@@ -253,6 +253,12 @@ def _statuses(items: Any) -> Any:
     ]
 
 
+def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:
+    """Whether the cache keeps only the metadata of this kind (what `slimmer` does with it):
+    its informer then lists and watches PartialObjectMetadata (issue 15)."""
+    return gk != POD and not registry.is_tracked(gk)
+
+
 def slimmer(
     registry: KindRegistry,
     *,
