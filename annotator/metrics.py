@@ -200,6 +200,18 @@ class Metrics:
             "edges count only with the webhook's edge-proof).",
             registry=r,
         )
+        # Issue 15: when did the leader's last full resync (start of leadership,
+        # RBAC/CRD change) converge: every key it queued reconciled.
+        self.resync_completed = Gauge(
+            "aibom_annotator_resync_completed_timestamp_seconds",
+            "Unix time at which the last full resync had every key reconciled (0: not yet).",
+            registry=r,
+        )
+        self.resync_duration = Gauge(
+            "aibom_annotator_resync_duration_seconds",
+            "Seconds from the start of the last full resync until every key was reconciled.",
+            registry=r,
+        )
         self.ready = Gauge(
             "aibom_annotator_ready",
             "1 once every kind's first list has synced (or the kind is known unreadable).",
