@@ -675,6 +675,8 @@ class Controller:
                 self.metrics.unresolved.labels(plan.key.kind, plan.failure.reason.value).inc()
         else:
             self.metrics.documents_unchanged.inc()
+            if plan.facts is None:  # current by its sources hash (annotator.plan)
+                self.metrics.documents_current_by_sources.inc()
         # Only now, with the document that lists them written (or already
         # current), may the documents it supersedes go.
         for doc in plan.supersedes:

@@ -164,6 +164,13 @@ class Metrics:
             "Root reconciles that skipped the write because the input hash was unchanged.",
             registry=r,
         )
+        self.documents_current_by_sources = Counter(
+            "aibom_annotator_documents_current_by_sources",
+            "Root reconciles that found the document current from its recorded sources hash "
+            "alone (the same object versions), without computing the facts; also counted in "
+            "aibom_annotator_documents_unchanged_total.",
+            registry=r,
+        )
         self.documents_deleted = Counter(
             "aibom_annotator_documents_deleted",
             "AIBOM ConfigMaps deleted, by why (rolled_up, not_opted_in, stale).",
