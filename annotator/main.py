@@ -150,16 +150,18 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     work.add_argument(
         "--write-qps",
         type=pos_float,
-        default=200.0,
+        default=500.0,
         metavar="QPS",
-        help="API writes per second, all kinds together (default: 200)",
+        help="API writes per second, all kinds together (default: 500). A cap, not a "
+        "target: --workers bounds the writes in flight, so a slow API server gets fewer; "
+        "a first install writes one document per root (docs/annotator.md, Write rate)",
     )
     work.add_argument(
         "--write-burst",
         type=pos_int,
-        default=400,
+        default=500,
         metavar="N",
-        help="burst of --write-qps (default: 400)",
+        help="burst of --write-qps (default: 500)",
     )
     work.add_argument(
         "--stamp-repair",

@@ -249,9 +249,11 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
         if root is None or not state.registry.is_tracked(ref.group_kind):
             # Not a workload we document (a kind no longer tracked).
             deletes_.append(DocRef.of(cm, for_uid=uid))
-        else:
-            # Its own root, or rolled up: the root's reconcile writes its
-            # document first and then removes this one.
+        elif root.uid != uid:
+            # Rolled up: the root's reconcile writes its document first and
+            # then removes this one. (A root's own document is its own
+            # reconcile's business: every full resync queues every root, and
+            # queueing it again here reconciled each root twice, issue 15.)
             requeue.add(root)
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 

@@ -54,9 +54,13 @@ def test_a_restart_rewrites_only_the_documents_whose_input_changed(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
 ) -> None:
     cp = control_plane
-    first = start(ident="first")
     # Roots no controller touches (a DynamoComponentDeployment has none here), with
-    # two Pods each whose digests a "kubelet" reports: after that nothing changes.
+    # two Pods each whose digests a "kubelet" reports: after that nothing changes. The
+    # objects are not stamped (no webhook here) and stamp repairs are off: a repair
+    # after a document was written would give the objects new resourceVersions, and
+    # the next annotator would compute those roots' facts (and still write nothing).
+    off = "--stamp-repair=off"
+    first = start(off, ident="first")
     for i in range(ROOTS):
         root = apply(kubectl, dcd(ns, f"c{i}", image=IMAGE))
         for j in range(2):
@@ -76,21 +80,25 @@ def test_a_restart_rewrites_only_the_documents_whose_input_changed(
 
     # A failover: a new process over the same, unchanged cluster writes nothing, and
     # knows every document current from its sources hash alone (no facts computed).
-    second = start(ident="second")
+    second = start(off, ident="second")
     wait_for("the second annotator's resync to converge", lambda: converged(second), 60)
-    assert second.metric("aibom_annotator_documents_written_total") == 0, second.tail()
-    assert second.metric("aibom_annotator_documents_current_by_sources_total") == ROOTS
-    assert second.metric("aibom_annotator_documents_unchanged_total") == ROOTS
+    counts = {
+        name: second.metric(f"aibom_annotator_documents_{name}_total")
+        for name in ("written", "unchanged", "current_by_sources")
+    }
+    assert counts == {"written": 0, "unchanged": ROOTS, "current_by_sources": ROOTS}
     assert versions(cp, ns) == before
     assert second.stop() == 0
 
     # One Pod's image changes while no annotator runs: the next one rewrites that
     # document, and only that one.
     set_digest(cp, ns, "c2-0", IMAGE, digest("v2-c2-0"))
-    third = start(ident="third")
+    third = start(off, ident="third")
     wait_for("the third annotator's resync to converge", lambda: converged(third), 60)
     wait_doc(cp, ns, "aibom-dynamocomponentdeployment-c2", containing=(digest("v2-c2-0")[7:],))
     assert third.metric("aibom_annotator_documents_written_total") == 1, third.tail()
-    assert third.metric("aibom_annotator_documents_current_by_sources_total") == ROOTS - 1
+    # The five others from their sources hash (and c2 too, once rewritten, if an
+    # event makes it look again).
+    assert third.metric("aibom_annotator_documents_current_by_sources_total") >= ROOTS - 1
     after = versions(cp, ns)
     assert {n for n in after if after[n] != before[n]} == {"aibom-dynamocomponentdeployment-c2"}

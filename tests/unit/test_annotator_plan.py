@@ -141,6 +141,14 @@ def test_sweep_of_an_opted_in_namespace_hands_strays_to_their_root() -> None:
     plan = plan_sweep(st, SweepKey("ns"))
     assert [d.name for d in plan.deletes] == ["aibom-pod-l-0"]
     assert plan.requeue == (rk(lws),)
+    # A root's own document is not handed back to it: the full resync that queued
+    # this sweep queued every root already (issue 15: each was reconciled twice).
+    st.upsert(CONFIGMAP, doc_for(lws, "aibom-leaderworkerset-l"))
+    st.upsert(CONFIGMAP, doc_for(sts, "aibom-statefulset-l", rv="4"))
+    assert plan_sweep(st, SweepKey("ns")).requeue == (rk(lws),)
+    st2 = state(*objs)
+    st2.upsert(CONFIGMAP, doc_for(lws, "aibom-leaderworkerset-l"))
+    assert plan_sweep(st2, SweepKey("ns")).requeue == ()
 
 
 def watched_all(gk: GroupKind) -> bool:
