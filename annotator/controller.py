@@ -77,7 +77,7 @@ class Settings:
     keys: Keys = field(default_factory=Keys)
     namespace_label: tuple[str, str] = ("aibom.dev/enabled", "true")
     max_depth: int = DEFAULT_MAX_DEPTH
-    workers: int = 8
+    workers: int = 16  # issue 15: writes in flight; etcd batches concurrent writes
     page_size: int = 500
     watch_timeout: int = 300
     rediscovery_interval: float = 30.0

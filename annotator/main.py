@@ -143,9 +143,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     work.add_argument(
         "--workers",
         type=pos_int,
-        default=8,
+        default=16,
         metavar="N",
-        help="concurrent document reconciles (default: 8)",
+        help="concurrent document reconciles, and so at most this many document writes in "
+        "flight (default: 16)",
     )
     work.add_argument(
         "--write-qps",
