@@ -213,22 +213,7 @@ class Builder:
 
     async def status(self, pod: Obj, digest: str) -> None:
         name = pod["metadata"]["name"]
-        body = {
-            "status": {
-                "phase": "Running",
-                "containerStatuses": [
-                    {
-                        "name": "main",
-                        "image": IMAGE,
-                        "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{digest}",
-                        "ready": True,
-                        "restartCount": 0,
-                        "started": True,
-                        "state": {"running": {"startedAt": "2026-10-05T12:00:00Z"}},
-                    }
-                ],
-            }
-        }
+        body = status_body(digest, started="2026-10-05T12:00:00Z")
         async with self.sem:
             resp = await self.kube.request(
                 "PATCH",
@@ -602,7 +587,8 @@ async def cold_start(watch: DocWatch, expected: int, t0: float, timeout: float =
     return max(watch.first.values()) - t0
 
 
-def status_body(digest: str, restarts: int = 0) -> Obj:
+def status_body(digest: str, restarts: int = 0, started: str = "2026-10-05T13:00:00Z") -> Obj:
+    """A Pod status as a kubelet writes it once the container runs: image and imageID."""
     return {
         "status": {
             "phase": "Running",
@@ -614,7 +600,7 @@ def status_body(digest: str, restarts: int = 0) -> Obj:
                     "ready": True,
                     "restartCount": restarts,
                     "started": True,
-                    "state": {"running": {"startedAt": "2026-10-05T13:00:00Z"}},
+                    "state": {"running": {"startedAt": started}},
                 }
             ],
         }
