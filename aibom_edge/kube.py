@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 import aiohttp
+import orjson
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import OwnerRef
@@ -43,15 +44,17 @@ USER_AGENT = "aibom-rollup"
 # Lines of a watch stream are whole objects (up to the API server's ~3 MiB
 # limit, wrapped in an event); we split the stream ourselves, so no line limit.
 WATCH_CHUNK = 1 << 16
-# Lists and watches of objects' metadata only (meta.k8s.io PartialObjectMetadata,
-# as client-go's metadata client asks): what an owner cache needs, without specs
-# and status on the wire or in memory.
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-METADATA_GET = METADATA_WATCH
 AGGREGATED_DISCOVERY = (
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;q=0.9"
 )
+# Metadata-only gets, lists and watches (client-go's metadata client and
+# informer): the server sends PartialObjectMetadata(List), never the spec,
+# status or data; a server that cannot falls back to the full objects (the
+# second media type). What the webhook's owner index and the annotator's
+# metadata-only kinds need, without specs and status on the wire or in memory.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
+METADATA_WATCH = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
+METADATA_GET = METADATA_WATCH
 
 
 class KubeError(Exception):
@@ -872,9 +875,19 @@ def _proxy_in_env() -> bool:
     )
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _dumps(obj: Any) -> bytes | str:
+    # orjson: 5-10x faster (issue 15); what it refuses (an int past 64 bits) the stdlib writes.
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"))
 
 
 def _loads(raw: bytes) -> Any:
-    return json.loads(raw)
+    # orjson decodes list pages and watch events 2-3x faster than the stdlib
+    # (100,000 Pods at restart, issue 15). What it refuses (nesting past 1,024,
+    # a lone surrogate escape) goes to the stdlib parser, which decided before.
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)

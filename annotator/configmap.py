@@ -84,6 +84,12 @@ class DocLabels:
         return f"{self.prefix}encoding"
 
     @property
+    def sources_hash(self) -> str:
+        """What the document was built from: the UID and resourceVersion of every object
+        it reads, and the settings (`annotator.plan.sources_hash`); issue 15."""
+        return f"{self.prefix}sources-hash"
+
+    @property
     def signed_by(self) -> str:
         """The id of the key that signed the document (absent: unsigned)."""
         return f"{self.prefix}signed-by"
@@ -280,6 +286,7 @@ def configmap_body(
     generator: str,
     labels: DocLabels,
     signed_by: str = "",
+    sources_hash: str = "",
 ) -> dict[str, Any]:
     """The object we server-side apply: every field we own, nothing else."""
     body: dict[str, Any] = {
@@ -300,6 +307,8 @@ def configmap_body(
     }
     if signed_by:
         body["metadata"]["annotations"][labels.signed_by] = signed_by
+    if sources_hash:
+        body["metadata"]["annotations"][labels.sources_hash] = sources_hash
     if payload.data:
         body["data"] = dict(payload.data)
     if payload.binary_data:
@@ -327,10 +336,52 @@ def is_current(
     """
     if cm is None or cm.get(FOREIGN_DATA):
         return False
+    ann = _annotations(cm)
+    if ann.get(labels.input_hash) != input_hash:
+        return False
+    return _ours(cm, ann, root, generator=generator, labels=labels, signed_by=signed_by)
+
+
+def sources_current(
+    cm: Obj | None,
+    root: ObjRef,
+    *,
+    sources_hash: str,
+    generator: str,
+    labels: DocLabels,
+    signed_by: str = "",
+) -> str | None:
+    """The recorded input hash of a cached ConfigMap that was built from exactly these
+    sources (`annotator.plan.sources_hash`), and is otherwise current as `is_current`
+    says; None when that cannot be told without computing the facts (issue 15)."""
+    if not sources_hash or cm is None or cm.get(FOREIGN_DATA):
+        return None
+    ann = _annotations(cm)
+    recorded = ann.get(labels.input_hash)
+    if ann.get(labels.sources_hash) != sources_hash or not isinstance(recorded, str):
+        return None
+    if not _ours(cm, ann, root, generator=generator, labels=labels, signed_by=signed_by):
+        return None
+    return recorded
+
+
+def _annotations(cm: Obj) -> dict[str, Any]:
+    ann = metadata(cm).get("annotations")
+    return ann if isinstance(ann, dict) else {}
+
+
+def _ours(
+    cm: Obj,
+    ann: dict[str, Any],
+    root: ObjRef,
+    *,
+    generator: str,
+    labels: DocLabels,
+    signed_by: str,
+) -> bool:
+    """Same generator and signer, our labels, tied to this root."""
     meta = metadata(cm)
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    assert isinstance(ann, dict)
-    if ann.get(labels.input_hash) != input_hash or ann.get(labels.generator) != generator:
+    if ann.get(labels.generator) != generator:
         return False
     if ann.get(labels.signed_by, "") != signed_by:
         return False

@@ -43,7 +43,15 @@ from typing import Any, Protocol
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj, metadata
-from aibom_edge.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
+from aibom_edge.kube import (
+    METADATA_LIST,
+    METADATA_WATCH,
+    ApiResource,
+    Kube,
+    KubeError,
+    WatchExpired,
+    retry_after,
+)
 
 log = logging.getLogger("annotator.informer")
 
@@ -100,6 +108,7 @@ class Informer:
         forbidden_retry: float = 30.0,
         sync_timeout: float = 30.0,
         idle_timeout: float = 90.0,
+        metadata_only: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
@@ -110,6 +119,9 @@ class Informer:
         self.sink = sink
         self.slim = slim
         self.label_selector = label_selector
+        # The cache keeps only the metadata of this kind (annotator.slim): ask
+        # the server for nothing more (PartialObjectMetadata), issue 15.
+        self.metadata_only = metadata_only
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self.backoff_base = backoff_base
@@ -245,9 +257,14 @@ class Informer:
     def _complete(self, obj: Any) -> Obj | None:
         if not isinstance(obj, dict):
             return None
-        # List items of built-in kinds carry no apiVersion/kind.
-        obj.setdefault("apiVersion", self.resource.api_version)
-        obj.setdefault("kind", self.resource.kind)
+        if self.metadata_only:
+            # PartialObjectMetadata says so in its apiVersion/kind: the object's are ours.
+            obj["apiVersion"] = self.resource.api_version
+            obj["kind"] = self.resource.kind
+        else:
+            # List items of built-in kinds carry no apiVersion/kind.
+            obj.setdefault("apiVersion", self.resource.api_version)
+            obj.setdefault("kind", self.resource.kind)
         return self.slim(obj)
 
     async def _list(self) -> str:
@@ -255,7 +272,12 @@ class Informer:
         seen: set[str] = set()
         params = {**self._params(), "limit": str(self.page_size)}
         while True:
-            resp = await self.kube.request("GET", path, params=params, timeout=120)
+            if self.metadata_only:
+                resp = await self.kube.request(
+                    "GET", path, params=params, timeout=120, accept=METADATA_LIST
+                )
+            else:
+                resp = await self.kube.request("GET", path, params=params, timeout=120)
             if resp.status == 410 and "continue" in params:
                 # The continue token expired mid-list: start over, and forget
                 # what the aborted pass saw (an object it listed may have been
@@ -307,7 +329,11 @@ class Informer:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout),
         }
-        stream = self.kube.watch(self.resource.path(), params)
+        stream = (
+            self.kube.watch(self.resource.path(), params, accept=METADATA_WATCH)
+            if self.metadata_only
+            else self.kube.watch(self.resource.path(), params)
+        )
         # The server ends the watch after timeoutSeconds and sends a bookmark
         # about once a minute meanwhile: a stream silent for `idle_timeout`
         # is a half-open connection or a stuck server, not a quiet kind.

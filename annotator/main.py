@@ -120,23 +120,26 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     work.add_argument(
         "--workers",
         type=pos_int,
-        default=8,
+        default=16,
         metavar="N",
-        help="concurrent document reconciles (default: 8)",
+        help="concurrent document reconciles, and so at most this many document writes in "
+        "flight (default: 16)",
     )
     work.add_argument(
         "--write-qps",
         type=pos_float,
-        default=200.0,
+        default=500.0,
         metavar="QPS",
-        help="API writes per second, all kinds together (default: 200)",
+        help="API writes per second, all kinds together (default: 500). A cap, not a "
+        "target: --workers bounds the writes in flight, so a slow API server gets fewer; "
+        "a first install writes one document per root (docs/annotator.md, Write rate)",
     )
     work.add_argument(
         "--write-burst",
         type=pos_int,
-        default=400,
+        default=500,
         metavar="N",
-        help="burst of --write-qps (default: 400)",
+        help="burst of --write-qps (default: 500)",
     )
     work.add_argument(
         "--stamp-repair",

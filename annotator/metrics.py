@@ -177,6 +177,13 @@ class Metrics:
             "Root reconciles that skipped the write because the input hash was unchanged.",
             registry=r,
         )
+        self.documents_current_by_sources = Counter(
+            "aibom_annotator_documents_current_by_sources",
+            "Root reconciles that found the document current from its recorded sources hash "
+            "alone (the same object versions), without computing the facts; also counted in "
+            "aibom_annotator_documents_unchanged_total.",
+            registry=r,
+        )
         self.documents_deleted = Counter(
             "aibom_annotator_documents_deleted",
             "AIBOM ConfigMaps deleted, by why (rolled_up, not_opted_in, stale).",
@@ -211,6 +218,18 @@ class Metrics:
             "aibom_annotator_guard_disabled_namespaces",
             "Opted-in namespaces labelled aibom.dev/provenance-guard=disabled (their "
             "edges count only with the webhook's edge-proof).",
+            registry=r,
+        )
+        # Issue 15: when did the leader's last full resync (start of leadership,
+        # RBAC/CRD change) converge: every key it queued reconciled.
+        self.resync_completed = Gauge(
+            "aibom_annotator_resync_completed_timestamp_seconds",
+            "Unix time at which the last full resync had every key reconciled (0: not yet).",
+            registry=r,
+        )
+        self.resync_duration = Gauge(
+            "aibom_annotator_resync_duration_seconds",
+            "Seconds from the start of the last full resync until every key was reconciled.",
             registry=r,
         )
         self.ready = Gauge(

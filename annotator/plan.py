@@ -17,20 +17,21 @@ the child's.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from aibom_core.bom import facts_of, input_hash
-from aibom_core.kinds import GroupKind
+from aibom_core.bom import RootView, facts_of, input_hash
+from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, ObjRef, metadata, ref_of
 from aibom_core.rollup import configmap_name, root_entry
 from aibom_core.stamp import Keys, Stamp, mirror_deployment, stamp_merge_patch, stamp_of
 from aibom_core.walk import HopFailure, Reason, Rollup
 from annotator.cache import ClusterState
-from annotator.configmap import is_current
+from annotator.configmap import is_current, sources_current
 from annotator.keys import RootKey, SweepKey
 
 
@@ -80,6 +81,7 @@ class RootPlan:
     cm_name: str = ""
     facts: Any = None
     input_hash: str = ""
+    sources_hash: str = ""  # what it was built from ("": not known, e.g. no resourceVersion)
     write: bool = False
     supersedes: tuple[DocRef, ...] = ()  # delete after our document is written
     delete_now: tuple[DocRef, ...] = ()  # the namespace does not opt in
@@ -88,10 +90,61 @@ class RootPlan:
     pods: int = 0
 
 
+def sources_salt(
+    registry: KindRegistry,
+    *,
+    tool_version: str,
+    prefix: str,
+    trust_all: bool,
+    max_depth: int,
+    provenance_key: bytes | None,
+) -> str:
+    """Everything besides the objects that a document depends on, in a stable text: the
+    tool version, the kinds and their resources, the stamp prefix, the provenance rule
+    and key, the walk's depth. A change of any of them changes every `sources_hash`."""
+    kinds = sorted(
+        f"{'T' if registry.is_tracked(gk) else 'W'} {gk.group}/{gk.kind} {registry.resource_of(gk)}"
+        for gk in registry.tracked | registry.walk_only
+    )
+    key = hashlib.sha256(provenance_key).hexdigest() if provenance_key is not None else "-"
+    head = f"{tool_version}\n{prefix}\n{trust_all}\n{max_depth}\n{key}\n"
+    return hashlib.sha256((head + "\n".join(kinds)).encode()).hexdigest()
+
+
+def sources_hash(view: RootView, salt: str) -> str:
+    """`sha256:<hex>` over the UID and resourceVersion of every object a document reads
+    (the root, its tracked members, its Pods), the members listed as unproven, the walk's
+    verdict and the namespace's guard, and `salt` (`sources_salt`). "" when an object has
+    no resourceVersion (then nothing can be told from it).
+
+    A document is a pure function of these (`aibom_core.bom.facts_of(view, registry)`):
+    when a ConfigMap records the same sources hash, its content is what we would write,
+    and the facts need not be computed (a restart over 10,000 unchanged roots, issue 15).
+    """
+    if not salt:
+        return ""
+    parts = [salt, view.status, view.reason or "", repr(view.guarded), *view.unproven]
+    for obj in (view.root, *view.owned, *view.pods):
+        meta = metadata(obj)
+        rv, uid = meta.get("resourceVersion"), meta.get("uid")
+        if not rv or not uid:
+            return ""
+        parts.append(f"{uid}/{rv}")
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def plan_root(
-    state: ClusterState, key: RootKey, *, generator: str, tool_version: str, signed_by: str = ""
+    state: ClusterState,
+    key: RootKey,
+    *,
+    generator: str,
+    tool_version: str,
+    signed_by: str = "",
+    salt: str = "",
 ) -> RootPlan:
-    """The plan for one root key (see the module docstring)."""
+    """The plan for one root key (see the module docstring). With `salt` (`sources_salt`),
+    a ConfigMap whose recorded sources hash is this root's is current without computing
+    its facts."""
     graph = state.graph
     obj = graph.get(key.uid)
     ref = graph.ref(key.uid)
@@ -120,17 +173,25 @@ def plan_root(
     # about it, as an offline scan without a key (and renders as the scan does).
     guarded = None if state.trust_all else state.guarded(ref.namespace)
     view = dataclasses.replace(entry.view, guarded=guarded)
-    facts = facts_of(view, graph.registry)
-    digest = input_hash(facts, tool_version=tool_version)
     name = configmap_name(ref.kind, ref.name)
-    current = is_current(
-        state.configmap(ref.namespace, name),
-        ref,
-        input_hash=digest,
-        generator=generator,
-        labels=state.labels,
-        signed_by=signed_by,
+    cm = state.configmap(ref.namespace, name)
+    sources = sources_hash(view, salt)
+    facts: Any = None
+    digest = sources_current(
+        cm, ref, sources_hash=sources, generator=generator, labels=state.labels, signed_by=signed_by
     )
+    current = digest is not None
+    if digest is None:
+        facts = facts_of(view, graph.registry)
+        digest = input_hash(facts, tool_version=tool_version)
+        current = is_current(
+            cm,
+            ref,
+            input_hash=digest,
+            generator=generator,
+            labels=state.labels,
+            signed_by=signed_by,
+        )
     owned_refs = tuple(ref_of(o) for o in entry.owned)
     supersedes = [DocRef.of(cm, for_uid=o.uid) for o in owned_refs for cm in state.docs_of(o.uid)]
     # Our own documents under another name (a renamed scheme, a hash collision).
@@ -148,6 +209,7 @@ def plan_root(
         cm_name=name,
         facts=facts,
         input_hash=digest,
+        sources_hash=sources,
         write=not current,
         supersedes=tuple(sorted(set(supersedes))),
         owned=owned_refs,
@@ -187,9 +249,11 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
         if root is None or not state.registry.is_tracked(ref.group_kind):
             # Not a workload we document (a kind no longer tracked).
             deletes_.append(DocRef.of(cm, for_uid=uid))
-        else:
-            # Its own root, or rolled up: the root's reconcile writes its
-            # document first and then removes this one.
+        elif root.uid != uid:
+            # Rolled up: the root's reconcile writes its document first and
+            # then removes this one. (A root's own document is its own
+            # reconcile's business: every full resync queues every root, and
+            # queueing it again here reconciled each root twice, issue 15.)
             requeue.add(root)
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 

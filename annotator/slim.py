@@ -70,7 +70,7 @@ _META_KEYS = (
 _POD_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
 _CONTAINER_KEYS = ("name", "image", "command", "args", "env")
 _STATUS_KEYS = ("name", "image", "imageID")
-_SHARE_LIMIT = 50_000  # remembered siblings before the memo starts afresh
+_SHARE_LIMIT = 50_000  # owners whose last Pod is remembered before the memo starts afresh
 
 
 def _i(value: Any) -> Any:
@@ -162,16 +162,18 @@ class PodSlimmer:
 
     def __init__(self, *, annotation_prefixes: Iterable[str]) -> None:
         self.prefixes = tuple(annotation_prefixes)
-        self._memo: dict[tuple[str, str], Any] = {}
+        self._memo: dict[str, dict[str, Any]] = {}  # owner uid -> part -> last value
 
     def _share(self, owner: str, part: str, value: Any) -> Any:
-        slot = (owner, part)
-        known = self._memo.get(slot)
+        parts = self._memo.get(owner)
+        if parts is None:
+            if len(self._memo) >= _SHARE_LIMIT:
+                self._memo.clear()
+            parts = self._memo[owner] = {}
+        known = parts.get(part)
         if known is not None and known == value:
             return known
-        if len(self._memo) >= _SHARE_LIMIT:
-            self._memo.clear()
-        self._memo[slot] = value
+        parts[part] = value
         return value
 
     def _metadata(self, meta: Any, owner: str) -> dict[str, Any]:
@@ -184,7 +186,8 @@ class PodSlimmer:
         if isinstance(ann, dict):
             kept = {_i(k): _i(v) for k, v in ann.items() if k.startswith(self.prefixes)}
             if kept:
-                out["annotations"] = kept
+                # Siblings carry the same stamps: one dict for all of them.
+                out["annotations"] = self._share(owner, "annotations", kept)
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
             out["ownerReferences"] = self._share(owner, "refs", [_owner(r) for r in refs])
@@ -217,7 +220,7 @@ class PodSlimmer:
                 items = spec.get(key)
                 if isinstance(items, list):
                     s[key] = self._share(owner, key, [_container(c, sources) for c in items])
-            out["spec"] = s
+            out["spec"] = self._share(owner, "spec", s)
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
@@ -226,7 +229,7 @@ class PodSlimmer:
             for key in ("initContainerStatuses", "containerStatuses"):
                 if key in status:
                     st[key] = self._share(owner, key, _statuses(status[key]))
-            out["status"] = st
+            out["status"] = self._share(owner, "status", st)
         return out
 
 
@@ -251,6 +254,12 @@ def _statuses(items: Any) -> Any:
     return [
         {k: _i(s[k]) for k in _STATUS_KEYS if k in s} if isinstance(s, dict) else s for s in items
     ]
+
+
+def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:
+    """Whether the cache keeps only the metadata of this kind (what `slimmer` does with it):
+    its informer then lists and watches PartialObjectMetadata (issue 15)."""
+    return gk != POD and not registry.is_tracked(gk)
 
 
 def slimmer(

@@ -1,33 +1,55 @@
-"""Benchmark of the annotator (not a test): cold reconcile, memory, API requests, update latency.
+"""Benchmark of the annotator (not a test): cold reconcile, restart, memory, API requests,
+update latency under Pod churn, and the API server's own write ceiling.
 
 Starts its own real control plane (tests/controlplane), with the
 controller-manager's workload controllers off (deployment, replicaset,
 statefulset, daemonset, job, cronjob: the bench builds every chain itself
 and they must not rescale it; the garbage collector and the rest stay on),
-and fills ONE opted-in namespace with 1,000 roots and 10,000 Pods:
+and fills ONE opted-in namespace with --roots roots (default 1,000) of
+--pods-per-root Pods (default 10):
 
-  - 700 Deployment -> ReplicaSet -> 10 Pods
-  - 200 DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment
-        -> ReplicaSet -> 10 Pods
-  - 100 LeaderWorkerSet -> StatefulSet -> 10 Pods
+  - 70% Deployment -> ReplicaSet -> Pods
+  - 20% DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment
+        -> ReplicaSet -> Pods
+  - 10% LeaderWorkerSet -> StatefulSet -> Pods
 
 Every Pod gets container statuses with an imageID through pods/status (what
 a kubelet writes). Every object is stamped as the webhook would have stamped
 it (computed with the core), so the annotator has no stamp to repair and the
-figures are about documents.
+figures are about documents. The objects carry no edge proofs, so the
+annotator runs with --trust-owner-references by default (DEFAULT_ANNOTATOR_ARGS;
+--no-trust-owner-references drops it: then every edge is unproven and each
+tracked object is its own root).
 
-Then it starts `aibom-rollup annotator` as a subprocess and measures:
+Then it starts `aibom-rollup annotator` as a subprocess and measures, in order:
 
-  - cold: process start -> the 1,000th document written (seen through a
-    ConfigMap watch of the bench's own);
+  - cold: process start -> the last root's document written (seen through a
+    ConfigMap watch of the bench's own), `cold_seconds`;
   - API requests the annotator made until then (its own client counter,
     aibom_annotator_api_requests_total, by verb), per root;
   - peak RSS (VmHWM of the process) after the cold pass and at the end;
   - update latency: a Pod's imageID changes -> the root's document holds the
-    new digest (watch event), for --updates Pods picked evenly, one at a time.
+    new digest (watch event), for --updates Pods picked evenly, one at a time,
+    while --churn-pods other Pods (default 1,000) are replaced continuously
+    (delete, create, status with a new digest; --churn-rate per second);
+  - the write ceiling (issue 15): the annotator stopped, a bare client
+    (--ceiling-concurrency requests in flight, no rate limit) server-side
+    applies as many ConfigMaps as there are documents, with the same data
+    and annotations, into a namespace nobody watches: `write_ceiling_seconds`,
+    what the API server itself takes, and `cold_over_ceiling`;
+  - restart: a NEW annotator over the documents that now exist, from process
+    start to its first full resync converged (its metric
+    aibom_annotator_resync_completed_timestamp_seconds): `restart_seconds`,
+    and the documents it wrote, deleted or stamps it patched:
+    `restart_writes`.
+
+The machine's load average is recorded at each phase (`load`), and the CPU
+seconds of the annotator and of kube-apiserver and etcd per phase, which
+say who the limit is on a machine shared with other work.
 
     .venv/bin/python bench/annotator_bench.py [--roots 1000] [--pods-per-root 10]
-        [--updates 200] [--json out.json]
+        [--updates 200] [--churn-pods 1000] [--churn-rate 50] [--json out.json]
+        [-- extra annotator flags]
 """
 
 from __future__ import annotations
@@ -35,8 +57,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import functools
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -46,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -55,7 +80,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aibom_core.graph import OwnershipGraph  # noqa: E402
-from aibom_core.kinds import default_registry  # noqa: E402
+from aibom_core.kinds import GroupKind, default_registry  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
@@ -65,6 +90,7 @@ Obj = dict[str, Any]
 NS = "bench"
 KEYS = Keys()
 REG = default_registry()
+REG_POD = GroupKind("", "Pod")
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.1"
 MANAGED = "app.kubernetes.io/managed-by=aibom-rollup"
 PATHS = {
@@ -179,22 +205,7 @@ class Builder:
 
     async def status(self, pod: Obj, digest: str) -> None:
         name = pod["metadata"]["name"]
-        body = {
-            "status": {
-                "phase": "Running",
-                "containerStatuses": [
-                    {
-                        "name": "main",
-                        "image": IMAGE,
-                        "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{digest}",
-                        "ready": True,
-                        "restartCount": 0,
-                        "started": True,
-                        "state": {"running": {"startedAt": "2026-10-05T12:00:00Z"}},
-                    }
-                ],
-            }
-        }
+        body = status_body(digest, started="2026-10-05T12:00:00Z")
         async with self.sem:
             resp = await self.kube.request(
                 "PATCH",
@@ -207,9 +218,18 @@ class Builder:
 
 
 async def populate(
-    kube: Kube, *, roots: int, per_root: int, concurrency: int
+    kube: Kube,
+    *,
+    roots: int,
+    per_root: int,
+    concurrency: int,
+    pods_out: dict[str, Obj] | None = None,
 ) -> list[tuple[str, str]]:
-    """Build the namespace; returns (pod name, root document name) for every Pod."""
+    """Build the namespace; returns (pod name, root document name) for every Pod.
+
+    `pods_out`, if given, receives every Pod as stored (name -> object): the
+    churn phase replaces some of them under the same owner.
+    """
     b = Builder(kube, concurrency)
     n_dgd = roots // 5
     n_lws = roots // 10
@@ -301,6 +321,8 @@ async def populate(
         await asyncio.gather(
             *(b.status(p, sha(f"v1-{p['metadata']['name']}")) for p in pod_objs[k : k + 500])
         )
+    if pods_out is not None:
+        pods_out.update((p["metadata"]["name"], p) for p in pod_objs)
     log(f"populated in {time.monotonic() - started:.0f} s: {roots} roots, {len(pods)} Pods")
     return pods
 
@@ -406,7 +428,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
-    """SIGTERM to the process group (SIGKILL after 30 s), and end the watch."""
+    """SIGTERM to the process group (SIGKILL after 30 s), and end the watch (bench/peer.py)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -417,51 +439,104 @@ async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
         watch.task.cancel()
 
 
-async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:
-    async with Kube.from_kubeconfig(str(cp.kubeconfig), pool_size=64) as kube:
-        resp = await kube.request(
-            "POST",
-            "/api/v1/namespaces",
-            json={
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                "metadata": {"name": NS, "labels": {"aibom.dev/enabled": "true"}},
-            },
-        )
-        assert resp.status == 201, resp.body
-        deadline = time.monotonic() + 30
-        while (
-            await kube.request("GET", f"/api/v1/namespaces/{NS}/serviceaccounts/default")
-        ).status != 200:
-            assert time.monotonic() < deadline, "no default ServiceAccount"
-            await asyncio.sleep(0.2)
-        pods = await populate(
-            kube, roots=args.roots, per_root=args.pods_per_root, concurrency=args.concurrency
-        )
-        await asyncio.sleep(2)  # let the API server's watch cache settle
+DEFAULT_ANNOTATOR_ARGS = ("--trust-owner-references",)
+CEILING_NS = "bench-ceiling"
 
-        watch = DocWatch(kube)
-        watch.task = asyncio.create_task(watch.run())
-        await asyncio.sleep(0.5)
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def metric_sum(m: dict[str, float], name: str) -> float:
+    """The sum of every series of one metric (`name` without labels)."""
+    return sum(v for k, v in m.items() if k == name or k.startswith(name + "{"))
+
+
+def try_metrics(port: int) -> dict[str, float] | None:
+    try:
+        return metrics(port)
+    except OSError:
+        return None  # not serving yet
+
+
+def _status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            out[name] = cpu_seconds(pid)
+    return out
+
+
+def cpu_delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 1) for k, v in sorted(after.items())}
+
+
+class AnnotatorProcess:
+    """One `aibom-rollup annotator` subprocess of the bench."""
+
+    def __init__(
+        self, proc: asyncio.subprocess.Process, mport: int, hport: int, t0: float, wall: float
+    ):
+        self.proc = proc
+        self.mport = mport
+        self.hport = hport
+        self.t0 = t0  # monotonic, at start
+        self.wall = wall  # time.time(), at start
+        self.synced_seconds = float("nan")  # start -> /readyz 200 (every cache listed)
+        self.synced_rss_kib = 0  # VmRSS then: the cache, before any write
+        self._ready_task = asyncio.create_task(self._watch_ready())
+
+    async def _watch_ready(self) -> None:
+        url = f"http://127.0.0.1:{self.hport}/readyz"
+        while self.proc.returncode is None:
+            try:
+                status = await asyncio.to_thread(_status_of, url)
+            except OSError:
+                status = 0
+            if status == 200:
+                self.synced_seconds = time.monotonic() - self.t0
+                self.synced_rss_kib = rss_kib(self.pid, "VmRSS")
+                return
+            await asyncio.sleep(0.1)
+
+    @classmethod
+    async def start(
+        cls,
+        cp: ControlPlane,
+        extra: list[str],
+        log_file: BinaryIO,
+        identity: str,
+        profile: str | None = None,
+    ) -> AnnotatorProcess:
         mport, hport = free_port(), free_port()
+        prof = ["-m", "cProfile", "-o", f"{profile}/{identity}.prof"] if profile else []
         cmd = [
             sys.executable,
+            *prof,
             "-m",
             "aibom_rollup",
             "annotator",
             f"--kubeconfig={cp.kubeconfig}",
             "--lease-namespace=default",
             "--lease-name=aibom-bench",
-            "--identity=bench",
+            f"--identity={identity}",
             "--bind-address=127.0.0.1",
             f"--metrics-port={mport}",
             f"--health-port={hport}",
             "--log-format=json",
             "--log-level=warning",
-            *args.annotator_args,
+            *extra,
         ]
         env = {**child_env(), "PYTHONPATH": str(REPO)}
-        t0 = time.monotonic()
+        t0, wall = time.monotonic(), time.time()
         proc = await asyncio.create_subprocess_exec(
             *cmd,
             stdout=log_file,
@@ -470,74 +545,429 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             cwd=REPO,
             start_new_session=True,
         )
+        return cls(proc, mport, hport, t0, wall)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def metrics(self) -> dict[str, float]:
+        return metrics(self.mport)
+
+    async def converged(self, timeout: float) -> tuple[float, dict[str, float]]:
+        """Seconds from start until the first full resync converged (the annotator's metric)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.returncode is not None:
+                raise RuntimeError(f"annotator exited with {self.proc.returncode}")
+            m = await asyncio.to_thread(try_metrics, self.mport)
+            done = (m or {}).get("aibom_annotator_resync_completed_timestamp_seconds", 0.0)
+            if m is not None and done > 0:
+                return done - self.wall, m
+            await asyncio.sleep(0.1)
+        raise TimeoutError(f"the annotator did not converge within {timeout:.0f} s")
+
+    async def stop(self) -> None:
+        self._ready_task.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            ok = await watch.wait(lambda: len(watch.first) >= args.roots, timeout=600)
-            cold = max(watch.first.values()) - t0 if watch.first else float("nan")
-            assert ok, f"only {len(watch.first)} documents after 600 s; see {log_file.name}"
-            m = metrics(mport)
+            await asyncio.wait_for(self.proc.wait(), 30)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            await self.proc.wait()
+
+
+async def create_namespace(kube: Kube, name: str, labels: dict[str, str]) -> None:
+    resp = await kube.request(
+        "POST",
+        "/api/v1/namespaces",
+        json={
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": labels},
+        },
+    )
+    assert resp.status == 201, resp.body
+    deadline = time.monotonic() + 30
+    while (
+        await kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+    ).status != 200:
+        assert time.monotonic() < deadline, "no default ServiceAccount"
+        await asyncio.sleep(0.2)
+
+
+async def cold_start(watch: DocWatch, expected: int, t0: float, timeout: float = 900) -> float:
+    """Seconds from `t0` until `expected` documents were seen written (reusable: --peer)."""
+    ok = await watch.wait(lambda: len(watch.first) >= expected, timeout=timeout)
+    assert ok, f"only {len(watch.first)} of {expected} documents after {timeout:.0f} s"
+    return max(watch.first.values()) - t0
+
+
+def status_body(digest: str, restarts: int = 0, started: str = "2026-10-05T13:00:00Z") -> Obj:
+    """A Pod status as a kubelet writes it once the container runs: image and imageID."""
+    return {
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{digest}",
+                    "ready": True,
+                    "restartCount": restarts,
+                    "started": True,
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+        }
+    }
+
+
+class Churn:
+    """Replaces a fixed set of Pods round-robin (delete, create under the same owner, status
+    with a new digest) at `rate` per second, `concurrency` at a time, until stopped."""
+
+    def __init__(self, kube: Kube, pods: list[Obj], *, rate: float, concurrency: int = 8):
+        self.kube = kube
+        self.slots = [
+            {
+                "metadata": {
+                    k: v
+                    for k, v in p["metadata"].items()
+                    if k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+                },
+                "spec": p["spec"],
+            }
+            for p in pods
+        ]
+        self.bases = [p["metadata"]["name"] for p in pods]
+        self.rate = rate
+        self.sem = asyncio.Semaphore(concurrency)
+        self.replaced = 0
+        self.errors = 0
+        self.started = 0.0
+        self.stopped = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def _replace(self, i: int, k: int) -> None:
+        async with self.sem:
+            old = self.slots[i]
+            name = old["metadata"]["name"]
+            new = copy.deepcopy(old)
+            new["metadata"]["name"] = f"{self.bases[i]}-r{k}"
+            path = f"/api/v1/namespaces/{NS}/pods"
+            resp = await self.kube.request(
+                "DELETE", f"{path}/{name}", params={"gracePeriodSeconds": "0"}
+            )
+            created = await self.kube.request(
+                "POST", path, json={"apiVersion": "v1", "kind": "Pod", **new}
+            )
+            if resp.status not in (200, 404) or created.status != 201:
+                self.errors += 1
+                return
+            self.slots[i] = new
+            status = await self.kube.request(
+                "PATCH",
+                f"{path}/{new['metadata']['name']}/status",
+                json=status_body(sha(f"churn-{k}")),
+                content_type="application/merge-patch+json",
+            )
+            if not status.ok:
+                self.errors += 1
+                return
+            self.replaced += 1
+
+    async def _run(self) -> None:
+        self.started = time.monotonic()
+        for k in itertools.count():
+            due = self.started + k / self.rate
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self.sem.acquire()  # never more than `concurrency` queued
+            self.sem.release()
+            task = asyncio.create_task(self._replace(k % len(self.slots), k))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    def start(self) -> None:
+        if self.slots and self.rate > 0:
+            self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> dict[str, Any]:
+        self.stopped = time.monotonic()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        took = max(1e-9, self.stopped - self.started) if self.started else 0.0
+        return {
+            "churn_pods": len(self.slots) if self._task else 0,
+            "churn_replacements": self.replaced,
+            "churn_errors": self.errors,
+            "churn_per_second": round(self.replaced / took, 1) if took else 0.0,
+        }
+
+
+async def measure_updates(
+    kube: Kube, watch: DocWatch, pods: list[tuple[str, str]], n: int
+) -> list[float]:
+    """Digest change of one Pod at a time -> its root's document shows it (seconds each)."""
+    step = max(1, len(pods) // max(1, n))
+    latencies: list[float] = []
+    for k, (pod_name, doc) in enumerate(pods[::step][:n]):
+        new = sha(f"v2-{pod_name}-{k}")
+        start = time.monotonic()
+        resp = await kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{NS}/pods/{pod_name}/status",
+            json=status_body(new, restarts=1),
+            content_type="application/merge-patch+json",
+        )
+        assert resp.ok, resp.body
+        ok = await watch.wait(functools.partial(_shows, watch, doc, new), timeout=60)
+        assert ok, f"{doc} never showed {new}"
+        latencies.append(time.monotonic() - start)
+    return latencies
+
+
+async def write_ceiling(
+    kube: Kube, texts: list[str], *, concurrency: int, prefix: str = "aibom.dev/"
+) -> dict[str, Any]:
+    """A bare client server-side applies one ConfigMap per text (the documents' data and
+    annotations, same size) as fast as the API server takes them, `concurrency` in flight."""
+    sem = asyncio.Semaphore(concurrency)
+    failures = 0
+
+    async def one(i: int, text: str) -> None:
+        nonlocal failures
+        name = f"ceiling-{i}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": CEILING_NS,
+                "labels": {"bench.aibom.dev/ceiling": "true", f"{prefix}root-name": name},
+                "annotations": {
+                    f"{prefix}input-hash": sha(text),
+                    f"{prefix}generator": "bench-ceiling",
+                    f"{prefix}encoding": "json",
+                },
+            },
+            "data": {"aibom.json": text},
+        }
+        async with sem:
+            resp = await kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{CEILING_NS}/configmaps/{name}",
+                params={"fieldManager": "bench-ceiling", "force": "true"},
+                json=body,
+                content_type="application/apply-patch+yaml",
+            )
+            if not resp.ok:
+                failures += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(i, t) for i, t in enumerate(texts)))
+    took = time.monotonic() - started
+    assert not failures, f"{failures} ceiling applies failed"
+    return {
+        "write_ceiling_seconds": round(took, 2),
+        "write_ceiling_per_second": round(len(texts) / took, 1),
+        "write_ceiling_documents": len(texts),
+        "write_ceiling_concurrency": concurrency,
+        "write_ceiling_mean_bytes": round(sum(len(t) for t in texts) / max(1, len(texts))),
+    }
+
+
+async def cached_pod_bytes(kube: Kube, sample: int = 2000) -> dict[str, Any]:
+    """Bytes the annotator's cache keeps per Pod: real Pods from the API server, slimmed
+    (annotator.slim) and held in the cache's graph (annotator.cache), traced by tracemalloc."""
+    import gc
+    import tracemalloc
+
+    from annotator.cache import ClusterState
+    from annotator.slim import slimmer
+
+    raw: list[bytes] = []
+    params = {"limit": "500"}
+    while len(raw) * 500 < sample:
+        resp = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods", params=params)
+        raw.append(json.dumps(resp.body).encode())
+        token = (resp.body.get("metadata") or {}).get("continue")
+        if not token:
+            break
+        params = {"limit": "500", "continue": token}
+    state = ClusterState(REG, trust_all=True)
+    state.bulk = True
+    slim = slimmer(REG)
+    pod_gk = REG_POD
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    n = 0
+    for page in raw:
+        for item in json.loads(page)["items"]:
+            item.setdefault("apiVersion", "v1")
+            item.setdefault("kind", "Pod")
+            state.upsert(pod_gk, slim(item))
+            n += 1
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del state
+    api_bytes = sum(len(page) for page in raw)
+    return {
+        "cached_pod_bytes": round(held / max(1, n)),
+        "api_pod_json_bytes": round(api_bytes / max(1, n)),
+        "cached_pod_sample": n,
+    }
+
+
+async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:
+    extra = [*(() if args.no_trust_owner_references else DEFAULT_ANNOTATOR_ARGS)]
+    extra += args.annotator_args
+    load: dict[str, float] = {"start": load_average()}
+    cp_pids = {k: v for k, v in cp.pids.items() if k in ("kube-apiserver", "etcd")}
+    out: dict[str, Any] = {"annotator_args": extra}
+    async with Kube.from_kubeconfig(str(cp.kubeconfig), pool_size=64) as kube:
+        await create_namespace(kube, NS, {"aibom.dev/enabled": "true"})
+        stored: dict[str, Obj] = {}
+        pods = await populate(
+            kube,
+            roots=args.roots,
+            per_root=args.pods_per_root,
+            concurrency=args.concurrency,
+            pods_out=stored,
+        )
+        await asyncio.sleep(2)  # let the API server's watch cache settle
+        docs = sorted({doc for _, doc in pods})
+        watch = DocWatch(kube)
+        watch.task = asyncio.create_task(watch.run())
+        await asyncio.sleep(0.5)
+
+        # -- cold ------------------------------------------------------------------
+        load["cold"] = load_average()
+        cpu0 = cpu_of(cp_pids)
+        ann = await AnnotatorProcess.start(cp, extra, log_file, "bench", args.profile)
+        try:
+            cold = await cold_start(watch, args.roots, ann.t0)
+            m = ann.metrics()
             reqs = requests_of(m)
-            rss_cold = rss_kib(proc.pid, "VmHWM")
-            cpu_cold = cpu_seconds(proc.pid)
+            rss_cold = rss_kib(ann.pid, "VmHWM")
+            cpu_cold = cpu_seconds(ann.pid)
+            out["cold_control_plane_cpu_seconds"] = cpu_delta(cpu_of(cp_pids), cpu0)
             signed = sum('"signature":' in text for text in watch.text.values())
             log(f"cold: {cold:.2f} s, requests {reqs}, peak RSS {rss_cold / 1024:.0f} MiB")
+            resync, _ = await ann.converged(timeout=120)
+            synced_s, synced_rss = ann.synced_seconds, ann.synced_rss_kib
 
-            # Update latency: one Pod at a time gets a new digest.
-            step = max(1, len(pods) // args.updates)
-            latencies: list[float] = []
-            for k, (pod_name, doc) in enumerate(pods[::step][: args.updates]):
-                new = sha(f"v2-{pod_name}-{k}")
-                start = time.monotonic()
-                body = {
-                    "status": {
-                        "containerStatuses": [
-                            {
-                                "name": "main",
-                                "image": IMAGE,
-                                "imageID": f"{IMAGE.rsplit(':', 1)[0]}@{new}",
-                                "ready": True,
-                                "restartCount": 1,
-                                "started": True,
-                                "state": {"running": {"startedAt": "2026-10-05T13:00:00Z"}},
-                            }
-                        ]
-                    }
-                }
-                resp = await kube.request(
-                    "PATCH",
-                    f"/api/v1/namespaces/{NS}/pods/{pod_name}/status",
-                    json=body,
-                    content_type="application/merge-patch+json",
-                )
-                assert resp.ok, resp.body
-                ok = await watch.wait(functools.partial(_shows, watch, doc, new), timeout=30)
-                assert ok, f"{doc} never showed {new}"
-                latencies.append(time.monotonic() - start)
-            m2 = metrics(mport)
-            rss_end = rss_kib(proc.pid, "VmHWM")
-            rss_now = rss_kib(proc.pid, "VmRSS")
+            # -- updates while Pods churn ---------------------------------------------
+            per_root = max(1, args.pods_per_root)
+            n_churn_docs = min(len(docs) // 2, -(-args.churn_pods // per_root))
+            churn_docs = set(docs[:: max(1, len(docs) // max(1, n_churn_docs))][:n_churn_docs])
+            churn_pods = [stored[n] for n, d in pods if d in churn_docs][: args.churn_pods]
+            steady = [(n, d) for n, d in pods if d not in churn_docs]
+            churn = Churn(kube, churn_pods if args.churn_pods else [], rate=args.churn_rate)
+            load["updates"] = load_average()
+            churn.start()
+            await asyncio.sleep(min(5.0, len(churn_pods) / max(1.0, args.churn_rate)))
+            latencies = await measure_updates(kube, watch, steady, args.updates)
+            out.update(await churn.stop())
+            await asyncio.sleep(3)  # the last replacements reach their documents
+            m2 = ann.metrics()
+            rss_end = rss_kib(ann.pid, "VmHWM")
+            rss_now = rss_kib(ann.pid, "VmRSS")
         finally:
-            await stop(proc, watch)
+            await ann.stop()
         total = sum(reqs.values())
-        return {
-            "roots": args.roots,
-            "pods": len(pods),
-            "cold_seconds": round(cold, 2),
-            "cold_cpu_seconds": round(cpu_cold, 2),
-            "signed_documents_after_cold": signed,
-            "requests_until_converged": reqs,
-            "requests_per_root": round(total / args.roots, 3),
-            "peak_rss_mib_after_cold": round(rss_cold / 1024, 1),
-            "peak_rss_mib_at_end": round(rss_end / 1024, 1),
-            "rss_mib_at_end": round(rss_now / 1024, 1),
-            "update_samples": len(latencies),
-            "update_p50_ms": round(1000 * statistics.median(latencies), 1),
-            "update_p99_ms": round(1000 * pct(latencies, 99), 1),
-            "update_max_ms": round(1000 * max(latencies), 1),
-            "documents_written": {k: v for k, v in m2.items() if "documents_written_total" in k},
-            "stamp_repairs": sum(
-                v for k, v in m2.items() if k.startswith("aibom_annotator_stamp_repairs_total")
-            ),
-        }
+        out.update(
+            {
+                "roots": args.roots,
+                "pods": len(pods),
+                "cold_seconds": round(cold, 2),
+                "cold_synced_seconds": round(synced_s, 2),
+                "rss_mib_at_synced": round(synced_rss / 1024, 1),
+                "cold_resync_converged_seconds": round(resync, 2),
+                "cold_cpu_seconds": round(cpu_cold, 2),
+                "signed_documents_after_cold": signed,
+                "requests_until_converged": reqs,
+                "requests_per_root": round(total / args.roots, 3),
+                "peak_rss_mib_after_cold": round(rss_cold / 1024, 1),
+                "peak_rss_mib_at_end": round(rss_end / 1024, 1),
+                "rss_mib_at_end": round(rss_now / 1024, 1),
+                "update_samples": len(latencies),
+                "update_p50_ms": round(1000 * statistics.median(latencies), 1),
+                "update_p99_ms": round(1000 * pct(latencies, 99), 1),
+                "update_max_ms": round(1000 * max(latencies), 1),
+                "documents_written": {
+                    k: v for k, v in m2.items() if "documents_written_total" in k
+                },
+                "stamp_repairs": metric_sum(m2, "aibom_annotator_stamp_repairs_total"),
+            }
+        )
+
+        # -- the API server's own write ceiling ----------------------------------------
+        if args.ceiling:
+            texts = [watch.text[d] for d in docs if d in watch.text]
+            await create_namespace(kube, CEILING_NS, {})
+            load["ceiling"] = load_average()
+            cpu0 = cpu_of(cp_pids)
+            out.update(await write_ceiling(kube, texts, concurrency=args.ceiling_concurrency))
+            out["ceiling_control_plane_cpu_seconds"] = cpu_delta(cpu_of(cp_pids), cpu0)
+            out["cold_over_ceiling"] = round(cold / out["write_ceiling_seconds"], 2)
+            log(f"write ceiling: {out['write_ceiling_seconds']} s for {len(texts)} ConfigMaps")
+
+        # -- restart over existing documents ----------------------------------------------
+        if args.restart:
+            await asyncio.sleep(2)
+            load["restart"] = load_average()
+            cpu0 = cpu_of(cp_pids)
+            ann = await AnnotatorProcess.start(cp, extra, log_file, "bench-restart", args.profile)
+            try:
+                took, m3 = await ann.converged(timeout=600)
+                rss_restart = rss_kib(ann.pid, "VmHWM")
+                out["restart_synced_seconds"] = round(ann.synced_seconds, 2)
+                out["restart_rss_mib_at_synced"] = round(ann.synced_rss_kib / 1024, 1)
+                cpu_restart = cpu_seconds(ann.pid)
+                out["restart_control_plane_cpu_seconds"] = cpu_delta(cpu_of(cp_pids), cpu0)
+            finally:
+                await ann.stop()
+            writes = (
+                metric_sum(m3, "aibom_annotator_documents_written_total")
+                + metric_sum(m3, "aibom_annotator_documents_deleted_total")
+                + metric_sum(m3, "aibom_annotator_stamp_repairs_total")
+            )
+            rreqs = requests_of(m3)
+            out.update(
+                {
+                    "restart_seconds": round(took, 2),
+                    "restart_writes": int(writes),
+                    "restart_documents_unchanged": int(
+                        metric_sum(m3, "aibom_annotator_documents_unchanged_total")
+                    ),
+                    "restart_current_by_sources": int(
+                        metric_sum(m3, "aibom_annotator_documents_current_by_sources_total")
+                    ),
+                    "restart_requests": rreqs,
+                    "restart_requests_per_root": round(sum(rreqs.values()) / args.roots, 3),
+                    "restart_cpu_seconds": round(cpu_restart, 2),
+                    "restart_peak_rss_mib": round(rss_restart / 1024, 1),
+                }
+            )
+            log(f"restart: {took:.2f} s, {int(writes)} writes, requests {rreqs}")
+        if args.pod_bytes:
+            out.update(await cached_pod_bytes(kube))
+        if watch.task:
+            watch.task.cancel()
+    load["end"] = load_average()
+    out["load"] = load
+    return out
 
 
 def main() -> int:
@@ -547,7 +977,41 @@ def main() -> int:
     ap.add_argument("--roots", type=int, default=1000)
     ap.add_argument("--pods-per-root", type=int, default=10)
     ap.add_argument("--updates", type=int, default=200)
-    ap.add_argument("--concurrency", type=int, default=48)
+    ap.add_argument("--concurrency", type=int, default=48, help="requests in flight to populate")
+    ap.add_argument(
+        "--churn-pods",
+        type=int,
+        default=1000,
+        help="Pods replaced continuously while the update latency is measured (0: none)",
+    )
+    ap.add_argument(
+        "--churn-rate", type=float, default=50.0, help="Pod replacements per second (default: 50)"
+    )
+    ap.add_argument(
+        "--ceiling-concurrency",
+        type=int,
+        default=32,
+        help="requests in flight of the bare client that measures the write ceiling",
+    )
+    ap.add_argument("--no-ceiling", dest="ceiling", action="store_false")
+    ap.add_argument("--no-restart", dest="restart", action="store_false")
+    ap.add_argument(
+        "--no-pod-bytes",
+        dest="pod_bytes",
+        action="store_false",
+        help="skip measuring the bytes the cache keeps per Pod",
+    )
+    ap.add_argument(
+        "--no-trust-owner-references",
+        action="store_true",
+        help=f"do not pass the default annotator args {' '.join(DEFAULT_ANNOTATOR_ARGS)} "
+        "(the bench's objects carry no edge proofs: every edge is then unproven)",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each annotator under cProfile, writing DIR/<identity>.prof (slower)",
+    )
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument(
         "--peer",
@@ -556,9 +1020,11 @@ def main() -> int:
     )
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")
     args = ap.parse_args()
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="aibom-annotator-bench-"))
     off = "-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob"
-    if args.peer:  # issue 15: side by side with k8s-aibom (bench/peer.py)
+    if args.peer:  # side by side with k8s-aibom (bench/peer.py)
         import peer
 
         peer_bin = peer.ensure_peer()  # before the control plane: minutes on a cold cache

@@ -13,7 +13,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aibom_core.kinds import GroupKind
-from aibom_edge.kube import ApiResource, KubeError, KubeResponse, WatchExpired
+from aibom_edge.kube import (
+    METADATA_LIST,
+    METADATA_WATCH,
+    ApiResource,
+    KubeError,
+    KubeResponse,
+    WatchExpired,
+)
 from annotator.informer import Informer, InformerState
 
 GK = GroupKind("apps", "Deployment")
@@ -47,6 +54,7 @@ class Script:
         self.watches = watches
         self.list_params: list[dict[str, str]] = []
         self.watch_params: list[dict[str, str]] = []
+        self.accepts: list[str | None] = []  # the Accept of each list page and watch
         self.done = asyncio.Event()
 
     async def request(
@@ -54,6 +62,7 @@ class Script:
     ) -> KubeResponse:
         assert method == "GET" and path == "/apis/apps/v1/deployments"
         self.list_params.append(dict(params or {}))
+        self.accepts.append(_.get("accept"))
         if not self.lists:
             self.done.set()
             await asyncio.Event().wait()
@@ -67,8 +76,9 @@ class Script:
         if error is not None:
             raise error
 
-    def watch(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
+    def watch(self, path: str, params: Any = None, **kw: Any) -> AsyncIterator[dict[str, Any]]:
         self.watch_params.append(dict(params or {}))
+        self.accepts.append(kw.get("accept"))
         if not self.watches:
             self.done.set()
             return self._forever()
@@ -246,3 +256,23 @@ async def test_a_first_list_failing_too_long_is_degraded_not_waited_for() -> Non
     assert inf.degraded and inf.settled and not inf.synced.is_set()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_metadata_only_kinds_ask_for_partial_object_metadata_and_keep_their_kind() -> None:
+    """Issue 15: a kind the cache keeps as metadata is listed and watched as
+    PartialObjectMetadata; the objects are filed under the informer's own kind."""
+    partial = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
+    script = Script(
+        lists=[page([{**partial, **obj("a", "1")}], "10")],
+        watches=[([{"type": "ADDED", "object": {**partial, **obj("b", "11")}}], None)],
+    )
+    _, sink = await drive(script, metadata_only=True)
+    assert script.accepts[0] == METADATA_LIST
+    assert set(script.accepts[1:]) == {METADATA_WATCH}  # every watch, the resumed one too
+    assert {(o["apiVersion"], o["kind"]) for o in sink.objects.values()} == {
+        ("apps/v1", "Deployment")
+    }
+    # Full objects otherwise (the default Accept of the client).
+    script = Script(lists=[page([obj("a", "1")], "10")], watches=[])
+    await drive(script)
+    assert script.accepts[:2] == [None, None]

@@ -141,6 +141,14 @@ def test_sweep_of_an_opted_in_namespace_hands_strays_to_their_root() -> None:
     plan = plan_sweep(st, SweepKey("ns"))
     assert [d.name for d in plan.deletes] == ["aibom-pod-l-0"]
     assert plan.requeue == (rk(lws),)
+    # A root's own document is not handed back to it: the full resync that queued
+    # this sweep queued every root already (issue 15: each was reconciled twice).
+    st.upsert(CONFIGMAP, doc_for(lws, "aibom-leaderworkerset-l"))
+    st.upsert(CONFIGMAP, doc_for(sts, "aibom-statefulset-l", rv="4"))
+    assert plan_sweep(st, SweepKey("ns")).requeue == (rk(lws),)
+    st2 = state(*objs)
+    st2.upsert(CONFIGMAP, doc_for(lws, "aibom-leaderworkerset-l"))
+    assert plan_sweep(st2, SweepKey("ns")).requeue == ()
 
 
 def watched_all(gk: GroupKind) -> bool:
@@ -199,3 +207,125 @@ def test_replicaset_stamp_mirrors_its_deployment() -> None:
     plan = plan_stamp(st, rs2["metadata"]["uid"], keys=KEYS, watched=watched_all, namespaces=None)
     assert plan is not None and plan.patch is not None
     assert plan.patch["metadata"]["annotations"]["aibom.dev/rollup"] == "root"
+
+
+# -- issue 15: the sources hash spares a restart the facts of unchanged roots --
+
+SALT = "salt"
+
+
+def versioned(objs: list[Obj], rv: str = "7") -> list[Obj]:
+    for o in objs:
+        o["metadata"]["resourceVersion"] = rv
+    return objs
+
+
+def written(st: ClusterState, root: Obj, name: str, *, salt: str = SALT) -> None:
+    """The ConfigMap the controller writes for the current plan (annotations as applied)."""
+    plan = plan_root(st, rk(root), generator=GEN, tool_version="t", salt=salt)
+    cm = configmap_body(
+        ref_of(root),
+        api_version=root["apiVersion"],
+        name=name,
+        payload=fit(b"{}"),
+        input_hash=plan.input_hash,
+        generator=GEN,
+        labels=DocLabels(),
+        sources_hash=plan.sources_hash,
+    )
+    cm["metadata"].update(uid=f"cm-{name}", resourceVersion="3")
+    st.upsert(CONFIGMAP, cm)
+
+
+def test_same_sources_are_current_without_computing_the_facts() -> None:
+    lws, *_ = objs = versioned(lws_family())
+    st = state(*objs)
+    written(st, lws, "aibom-leaderworkerset-l")
+    plan = plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT)
+    assert plan.sources_hash.startswith("sha256:")
+    assert not plan.write and plan.facts is None  # the facts were never computed
+    # Without a salt nothing is skipped: the facts say the same.
+    full = plan_root(st, rk(lws), generator=GEN, tool_version="t")
+    assert not full.write and full.facts is not None and full.input_hash == plan.input_hash
+
+
+def test_a_new_resource_version_computes_the_facts_and_writes_only_if_they_changed() -> None:
+    lws, _sts, leader, _wsts, worker = objs = versioned(lws_family())
+    st = state(*objs)
+    written(st, lws, "aibom-leaderworkerset-l")
+    # Same content, new version (a status heartbeat): facts computed, nothing written.
+    st.upsert(
+        group_kind_of(worker),
+        {**worker, "metadata": {**worker["metadata"], "resourceVersion": "8"}},
+    )
+    plan = plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT)
+    assert plan.facts is not None and not plan.write
+    # A new image (and its digest) in the leader: written.
+    status = {
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "registry.example/lws/worker:1",
+                "imageID": "registry.example/lws/worker@sha256:" + "a" * 64,
+            }
+        ]
+    }
+    st.upsert(
+        group_kind_of(leader),
+        {
+            **leader,
+            "spec": {"containers": [{"name": "main", "image": "registry.example/lws/worker:1"}]},
+            "status": status,
+            "metadata": {**leader["metadata"], "resourceVersion": "9"},
+        },
+    )
+    assert plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT).write
+
+
+def test_the_sources_hash_covers_settings_verdict_and_every_member() -> None:
+    lws, sts, *_ = objs = versioned(lws_family())
+    st = state(*objs)
+    view_hash = plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT).sources_hash
+    other_salt = plan_root(st, rk(lws), generator=GEN, tool_version="t", salt="other")
+    assert other_salt.sources_hash != view_hash
+    st.upsert(group_kind_of(sts), {**sts, "metadata": {**sts["metadata"], "resourceVersion": "8"}})
+    assert (
+        plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT).sources_hash != view_hash
+    )
+    # An object without a resourceVersion: no sources hash, the facts decide.
+    del sts["metadata"]["resourceVersion"]
+    st2 = state(*objs)
+    assert plan_root(st2, rk(lws), generator=GEN, tool_version="t", salt=SALT).sources_hash == ""
+
+
+def test_a_recorded_sources_hash_is_not_trusted_past_the_other_checks() -> None:
+    lws, *_ = objs = versioned(lws_family())
+    st = state(*objs)
+    written(st, lws, "aibom-leaderworkerset-l")
+    # Another generator (an upgrade), or another signer: rewritten although the sources match.
+    assert plan_root(st, rk(lws), generator="aibom-rollup/2", tool_version="t", salt=SALT).write
+    assert plan_root(st, rk(lws), generator=GEN, tool_version="t", salt=SALT, signed_by="kid").write
+
+
+def test_sources_salt_is_stable_and_names_every_setting() -> None:
+    from annotator.plan import sources_salt
+
+    base = dict(
+        tool_version="1", prefix="aibom.dev/", trust_all=False, max_depth=8, provenance_key=None
+    )
+    salt = sources_salt(REG, **base)  # type: ignore[arg-type]
+    assert salt == sources_salt(REG, **base)  # type: ignore[arg-type]
+    for change in (
+        {"tool_version": "2"},
+        {"prefix": "x.dev/"},
+        {"trust_all": True},
+        {"max_depth": 9},
+        {"provenance_key": b"k"},
+    ):
+        assert sources_salt(REG, **{**base, **change}) != salt  # type: ignore[arg-type]
+    from aibom_core.kinds import KindRegistry
+
+    more = REG.merged(
+        KindRegistry(tracked=frozenset({GroupKind("example.com", "Widget")}), walk_only=frozenset())
+    )
+    assert sources_salt(more, **base) != salt  # type: ignore[arg-type]
