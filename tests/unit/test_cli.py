@@ -384,3 +384,38 @@ def test_scan_replaces_a_link_at_a_document_path_never_its_target(tmp_path: Path
     assert not doc.is_symlink()
     assert doc.read_bytes() == data
     assert target.read_bytes() == data
+
+
+def _many_roots(tmp_path: Path) -> Path:
+    objs = [mk("Deployment", f"web-{i:02d}", ns=f"ns-{i % 3}") for i in range(12)]
+    return _write(tmp_path / "many.json", [*_objs(), *objs])
+
+
+def test_scan_jobs_write_the_same_bytes_as_one_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = _many_roots(tmp_path)
+    assert main(["scan", str(dump), "-o", str(tmp_path / "one"), "--jobs", "1"]) == 0
+    assert main(["scan", str(dump), "-o", str(tmp_path / "four"), "-j", "4"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if " note: " not in line]
+    assert err[0].startswith("wrote 13 AIBOM document(s)") and err[1].startswith("wrote 13 "), err
+
+    def tree(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    one, four = tree(tmp_path / "one"), tree(tmp_path / "four")
+    assert len(one) == 13 and one == four
+
+
+def test_scan_a_failing_writer_process_is_one_line_and_nothing_is_left_behind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = _many_roots(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ns-2").write_text("a file where the namespace's folder goes")  # the last share's
+    assert main(["scan", str(dump), "-o", str(out), "-j", "3"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " note: " not in line]
+    assert len(err) == 1 and err[0].startswith("aibom-rollup: error: ") and "ns-2" in err[0], err
+    leftovers = [p.name for p in out.rglob("*") if p.name.startswith(".")]
+    assert leftovers == []
