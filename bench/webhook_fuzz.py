@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.controlplane import ControlPlane, child_env  # noqa: E402
-from tests.integration.test_webhook import Webhook, grant, shipped_role  # noqa: E402
+from tests.integration.support import Webhook, shipped_role  # noqa: E402
+from tests.integration.support import grant_webhook as grant  # noqa: E402
 from tests.unit.review_fuzz import bodies, check_answer  # noqa: E402
 
 

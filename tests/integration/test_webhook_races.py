@@ -17,25 +17,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
-from tests.integration.test_webhook import (
+from tests.integration.support import (
+    IMAGE,
     Webhook,
-    apply,
     deployment,
     enabled_namespace,
-    get,
-    grant,
+    kubectl_apply,
+    kubectl_get,
+    merge_patch,
     owner_ref,
-    shipped_role,
+    running_webhook,
     stamp,
+    template,
     wait_for,
     wait_registered,
+    workload,
 )
 
 pytestmark = pytest.mark.integration
@@ -47,23 +49,16 @@ Obj = dict[str, Any]
 def long_cache_webhook(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    kubeconfig = grant(control_plane, kubectl, "aibom-webhook-races", shipped_role())
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path_factory.mktemp("races"),
+        user="aibom-webhook-races",
         name="aibom-rollup-races",
-        kubeconfig=kubeconfig,
         selector={"aibom-test.dev/races": "on"},
         args=("--owner-cache-ttl", "600"),
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ) as hook:
         yield hook
-    finally:
-        hook.unregister(kubectl)
-        if hook.proc is not None:
-            hook.stop()
 
 
 @pytest.fixture
@@ -104,16 +99,16 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
     # UID after its deletion, for the TTL: the documented bounded staleness).
     old_doc = deployment(ns, "web", replicas=0)
     old_doc["spec"]["paused"] = True
-    old = apply(kubectl, old_doc)
+    old = kubectl_apply(kubectl, old_doc)
     kubectl("delete", "-n", ns, "deployment/web", "--wait=true")
-    new = apply(kubectl, deployment(ns, "web", replicas=0))
+    new = kubectl_apply(kubectl, deployment(ns, "web", replicas=0))
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     # The new Deployment is stamped and cached (its ReplicaSet's walk GETs it).
     wait_for(
         "the new Deployment's ReplicaSet",
-        lambda: get(kubectl, ns, "replicasets", "-l", "app=web")["items"],
+        lambda: kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"],
     )
-    assert stamp(get(kubectl, ns, "deployment/web"))["aibom.dev/rollup"] == "root"
+    assert stamp(kubectl_get(kubectl, ns, "deployment/web"))["aibom.dev/rollup"] == "root"
     # A ReplicaSet still naming the deleted Deployment (a lingering child).
     # The finalizer keeps it while the garbage collector deletes it (its owner
     # is gone by UID), so its stamp can be watched.
@@ -140,7 +135,7 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
         },
     }
     try:
-        created = apply(kubectl, rs_doc)
+        created = kubectl_apply(kubectl, rs_doc)
         unresolved = {
             "aibom.dev/rollup": "unresolved",
             "aibom.dev/rollup-reason": "UIDMismatch apps/Deployment/web",
@@ -163,46 +158,38 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
             r for r in _tree(kubectl, ns) if r["kind"] == "ReplicaSet" and r["name"] == "web-stale"
         )
         assert record["annotations"] == unresolved
-        # Stable: whatever updates happen meanwhile (the garbage collector's
-        # delete), the stamp never changes.
-        until = time.monotonic() + 3
-        while time.monotonic() < until:
-            assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
-            time.sleep(0.1)
+
+        # Stable: whatever updates happen meanwhile, the stamp never changes, up
+        # to the garbage collector's delete (its owner is gone by UID: it sets
+        # deletionTimestamp; the finalizer holds it).
+        def deleted() -> bool:
+            cur = _rs(control_plane, ns, "web-stale")
+            assert stamp(cur) == unresolved
+            return "deletionTimestamp" in cur["metadata"]
+
+        wait_for("the garbage collector to delete the stale ReplicaSet", deleted, every=0.1)
+        assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
     finally:
-        kubectl(
-            "patch",
-            "-n",
-            ns,
-            "replicaset/web-stale",
-            "--type=merge",
-            "-p",
-            '{"metadata":{"finalizers":null}}',
-            check=False,
+        merge_patch(
+            kubectl, ns, "replicaset/web-stale", {"metadata": {"finalizers": None}}, check=False
         )
 
 
 def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
 ) -> None:
-    owner = apply(
+    owner = kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "owner", "namespace": ns},
-            "spec": {
-                "replicas": 0,
-                "serviceName": "owner",
-                "selector": {"matchLabels": {"app": "owner"}},
-                "template": {
-                    "metadata": {"labels": {"app": "owner"}},
-                    "spec": {"containers": [{"name": "m", "image": "registry.example/app:1"}]},
-                },
-            },
-        },
+        workload(
+            "StatefulSet",
+            ns,
+            "owner",
+            replicas=0,
+            template=template({"app": "owner"}, IMAGE),
+            serviceName="owner",
+        ),
     )
-    apply(kubectl, deployment(ns, "web", replicas=0))
+    kubectl_apply(kubectl, deployment(ns, "web", replicas=0))
     # The deployment controller makes the ReplicaSet; the webhook's walk of it
     # GETs the Deployment, which now sits in the owner cache (TTL 600 s).
     rs = wait_for(
@@ -210,7 +197,7 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
         lambda: next(
             (
                 r
-                for r in get(kubectl, ns, "replicasets", "-l", "app=web")["items"]
+                for r in kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"]
                 if stamp(r).get("aibom.dev/rollup") == "root"
             ),
             None,
@@ -221,31 +208,38 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     # the webhook stamps it rolled-up, and the deployment controller copies that
     # onto the ReplicaSet, whose walk would find the Deployment in the cache as
     # it was before (ownerless, `root`).
-    patch = {"metadata": {"ownerReferences": [owner_ref(owner)]}}
-    kubectl("patch", "-n", ns, "deployment/web", "--type=merge", "-p", json.dumps(patch))
+    merge_patch(
+        kubectl, ns, "deployment/web", {"metadata": {"ownerReferences": [owner_ref(owner)]}}
+    )
     want = {
         "aibom.dev/root": "StatefulSet/owner",
         "aibom.dev/root-uid": owner["metadata"]["uid"],
         "aibom.dev/rollup": "rolled-up",
     }
-    assert stamp(get(kubectl, ns, "deployment/web")) == want
+    assert stamp(kubectl_get(kubectl, ns, "deployment/web")) == want
     wait_for(
         "the ReplicaSet to carry the Deployment's new stamp",
         lambda: stamp(_rs(control_plane, ns, name)) == want,
     )
-    # From here on, for 6 s: never reverted, and no update loop (the revert
-    # and the controller's copy would chase each other until the TTL expired).
+    # From here on never reverted, and no update loop (the revert and the
+    # controller's copy would chase each other until the TTL expired), up to
+    # the witness that the controller has synced the ReplicaSet again: it
+    # copies a new annotation of the Deployment onto it.
     versions = {_rs(control_plane, ns, name)["metadata"]["resourceVersion"]}
     seen = []
-    until = time.monotonic() + 6
-    while time.monotonic() < until:
+    kubectl("annotate", "-n", ns, "deployment/web", "aibom-test.dev/touch=1")
+
+    def synced() -> bool:
         cur = _rs(control_plane, ns, name)
         versions.add(cur["metadata"]["resourceVersion"])
         seen.append(stamp(cur))
-        time.sleep(0.05)
+        return (cur["metadata"].get("annotations") or {}).get("aibom-test.dev/touch") == "1"
+
+    wait_for("the deployment controller to copy the touch", synced, every=0.05)
     reverted = [s for s in seen if s != want]
     assert not reverted, f"reverted {len(reverted)} of {len(seen)} times, e.g. {reverted[0]}"
-    assert len(versions) <= 2, f"ReplicaSet updated {len(versions) - 1} times meanwhile"
+    # At most one more copy of the new stamp, then the copy of the touch.
+    assert len(versions) <= 3, f"ReplicaSet updated {len(versions) - 1} times meanwhile"
     refreshed = long_cache_webhook.metric(
         "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
     )
@@ -270,7 +264,7 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
         "metadata": {"name": "owned-by-ns", "namespace": ns, "ownerReferences": [ref]},
         "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
     }
-    live = stamp(apply(kubectl, pod))
+    live = stamp(kubectl_apply(kubectl, pod))
     want = {"aibom.dev/rollup": "uncovered"}
     assert live == want
     # Offline, from a dump holding both the Pod and its cluster-scoped owner.
