@@ -19,10 +19,13 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY aibom_core/ aibom_core/
+COPY aibom_edge/ aibom_edge/
 COPY aibom_rollup/ aibom_rollup/
 COPY webhook/ webhook/
 COPY annotator/ annotator/
 COPY certs/ certs/
+# certs/templates/mutatingwebhook.yaml links to the manifest (one copy in the repo).
+COPY manifests/webhook/mutatingwebhook.yaml manifests/webhook/mutatingwebhook.yaml
 # Runtime dependencies at exactly the versions constraints.txt pins (the ones
 # the tests ran with). Only the build backend (setuptools, in pip's isolated
 # build environment) floats: it is not part of the image that runs.

@@ -75,7 +75,7 @@ P_CONFIDENCE = "aibom.confidence"
 P_EVIDENCE = "aibom.evidence."  # + source
 P_OWNED = "aibom.rollup.owned."  # + index
 P_UNRESOLVED_ROOT = "aibom.rollup.unresolved"
-# Provenance (issue 12).
+# Provenance.
 P_UNPROVEN = "aibom.rollup.unproven."  # + index: objects whose edge to a member is not proven
 P_UNPROVEN_ROOT = "aibom.provenance.unproven"  # the root's own refused edge (its reason)
 P_GUARDED = "aibom.provenance.guarded"  # true|false: the namespace's ownerReferences are guarded
@@ -144,7 +144,7 @@ class Facts:
     images: tuple[str, ...]
     digests: tuple[str, ...]
     models: tuple[str, ...]
-    # Provenance (issue 12); defaults render nothing, so documents made
+    # Provenance; defaults render nothing, so documents made
     # without provenance read (and hash) exactly as before.
     unproven: tuple[str, ...] = field(default=(), repr=False)  # aibom.rollup.unproven.<i>
     guarded: bool | None = field(default=None, repr=False)

@@ -1,4 +1,4 @@
-"""Image digests observed in pod status (design 005 §2, resolveContainerDigest).
+"""Image digests observed in pod status (docs/architecture.md, Documents).
 
 A pod's container status reports the digest the kubelet actually pulled
 (`imageID`). It belongs to a spec image only when the status is for the same

@@ -59,11 +59,6 @@ class Hop:
     def ok(self) -> bool:
         return self.verdict == "ok"
 
-    @property
-    def owner_hop(self) -> str:
-        """`<group>/<Kind>/<name>`, as `rollup-reason` names a hop."""
-        return f"{self.group or 'core'}/{self.kind}/{self.name}"
-
 
 @dataclass(frozen=True, slots=True)
 class Explanation:

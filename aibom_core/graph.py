@@ -1,4 +1,4 @@
-"""The in-memory ownership graph of a set of objects (design 005 §2). Pure.
+"""The in-memory ownership graph of a set of objects (docs/architecture.md). Pure.
 
 One index serves the offline scan (built once from a dump) and the annotator
 (kept current from watch events with `upsert` / `remove`):
@@ -62,7 +62,7 @@ class OwnershipGraph:
     server does not serve them); a lookup of such a kind fails that way even
     when no object of it is known. Any other absent owner is `NotFound`.
 
-    `trust` is the edge-trust input of every walk (issue 12; None: every edge
+    `trust` is the edge-trust input of every walk (docs/provenance-guard.md; None: every edge
     counts). Edges stay structural (`parent_of`, `children_of`,
     `descendants`); a refused edge only changes the walk results, so a child
     whose edge is refused is never a member of its owner's root.

@@ -1,6 +1,6 @@
 """The provenance guard: a ValidatingAdmissionPolicy generated from the kind registry.
 
-Issue 12's rule: a controller ownerReference is an edge of the roll-up only if
+The rule: a controller ownerReference is an edge of the roll-up only if
 whoever set it may `update` the owner's `finalizers` subresource, the check
 Kubernetes' OwnerReferencesPermissionEnforcement applies to
 `blockOwnerDeletion`, and a permission every real controller holds. The guard
@@ -214,7 +214,7 @@ _HEADER = f"""\
 # webhook and the annotator):
 #   aibom-rollup policy --kinds FILE -o {SHIPPED_PATH}
 #
-# The provenance guard (issue 12, docs/provenance-guard.md). A CREATE or UPDATE that
+# The provenance guard (docs/provenance-guard.md). A CREATE or UPDATE that
 # adds or changes a controller ownerReference to a kind of the registry is
 # refused unless the requester may `update` the owner's `finalizers`
 # subresource (API group of the reference's apiVersion, the kind's plural

@@ -8,11 +8,12 @@ release. Pure: parsing takes text, never a path.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -73,7 +74,7 @@ walkOnly:
   - {group: grove.io, kind: PodCliqueSet}
   - {group: grove.io, kind: PodCliqueScalingGroup}
   - {group: grove.io, kind: PodClique}
-  # Chains the design does not list but real clusters have (ARCHITECTURE.md):
+  # Chains the design does not list but real clusters have (docs/architecture.md):
   # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet. Walked,
   # never reported.
   - {group: disaggregatedset.x-k8s.io, kind: DisaggregatedSet}
@@ -94,7 +95,6 @@ class RegistryError(ValueError):
 _GROUP = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
 _KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _RESOURCE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_ENTRY_KEYS = frozenset({"group", "kind", "resource"})
 
 
 def default_resource(kind: str) -> str:
@@ -148,55 +148,87 @@ class KindRegistry:
         )
 
 
-def _parse_entries(
-    raw: Any, *, field: str, source: str, resources: dict[GroupKind, str]
+class _Entry(BaseModel):
+    """One `{group, kind, resource}` entry; `resource` "" when not given."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    group: str = Field("", pattern=_GROUP.pattern)
+    kind: str = Field(pattern=_KIND.pattern)
+    resource: str = Field("", pattern=_RESOURCE.pattern)
+
+
+class _Config(BaseModel):
+    """The registry document: strict types, no unknown keys (a typo is an error)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    tracked: list[_Entry] = Field(default_factory=list)
+    walk_only: list[_Entry] = Field(default_factory=list, alias="walkOnly")
+    replace: bool = False
+
+    @field_validator("tracked", "walk_only", mode="before")
+    @classmethod
+    def _absent_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+def _message(source: str, errors: Sequence[Mapping[str, Any]]) -> str:
+    """The first validation error as one line that names the field (`tracked[0].group`)."""
+    error = errors[0]
+    loc, value = error["loc"], error["input"]
+    if not loc:
+        return f"{source}: expected a mapping with `tracked` and `walkOnly`"
+    if len(loc) == 1:
+        if error["type"] == "extra_forbidden":
+            unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+            return f"{source}: unknown keys {unknown}"
+        if loc[0] == "replace":
+            return f"{source}: `replace` must be true or false, got {value!r}"
+        return f"{source}: `{loc[0]}` must be a list of {{group, kind}}"
+    at = f"{source}: {loc[0]}[{loc[1]}]"
+    name = loc[2] if len(loc) > 2 else None
+    if error["type"] == "extra_forbidden":
+        unknown = sorted(
+            str(e["loc"][2])
+            for e in errors
+            if e["loc"][:2] == loc[:2] and e["type"] == "extra_forbidden"
+        )
+        return f"{at}: unknown key(s) {', '.join(unknown)} (an entry has group, kind, resource)"
+    if name is None or (name == "kind" and error["type"] != "string_pattern_mismatch"):
+        return f"{at} needs a string `kind`"
+    if name == "group" and error["type"] != "string_pattern_mismatch":
+        return f"{at}.group must be a string"
+    if name == "group" and "/" in value:
+        return (
+            f"{at}.group {value!r} looks like an apiVersion;"
+            " kinds are matched by group only (for example `nvidia.com`)"
+        )
+    return f"{at}.{name} {value!r} is not {_WHAT[str(name)]}"
+
+
+_WHAT = {
+    "group": "an API group (a lowercase DNS name such as `ray.io`, or empty for the core group)",
+    "kind": "a Kind (letters and digits, such as `RayService`)",
+    "resource": "a plural resource name (lowercase letters, digits and '-', as in "
+    "`kubectl api-resources`: `rayservices`)",
+}
+
+
+def _kinds(
+    entries: list[_Entry], *, field: str, source: str, resources: dict[GroupKind, str]
 ) -> frozenset[GroupKind]:
     """The kinds of one list; configured plural resources go into `resources`."""
-    if raw is None:
-        return frozenset()
-    if not isinstance(raw, list):
-        raise RegistryError(f"{source}: `{field}` must be a list of {{group, kind}}")
     out: set[GroupKind] = set()
-    for i, entry in enumerate(raw):
-        at = f"{source}: {field}[{i}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
-            raise RegistryError(f"{at} needs a string `kind`")
-        unknown = sorted(str(k) for k in set(entry) - _ENTRY_KEYS)
-        if unknown:
-            raise RegistryError(
-                f"{at}: unknown key(s) {', '.join(unknown)} (an entry has group, kind, resource)"
-            )
-        group = entry.get("group", "")
-        if not isinstance(group, str):
-            raise RegistryError(f"{at}.group must be a string")
-        if "/" in group:
-            raise RegistryError(
-                f"{at}.group {group!r} looks like an apiVersion;"
-                " kinds are matched by group only (for example `nvidia.com`)"
-            )
-        if not _GROUP.match(group):
-            raise RegistryError(
-                f"{at}.group {group!r} is not an API group (a lowercase DNS name"
-                " such as `ray.io`, or empty for the core group)"
-            )
-        kind = entry["kind"]
-        if not _KIND.match(kind):
-            raise RegistryError(
-                f"{at}.kind {kind!r} is not a Kind (letters and digits, such as `RayService`)"
-            )
-        gk = GroupKind(group, kind)
-        if "resource" in entry:
-            resource = entry["resource"]
-            if not isinstance(resource, str) or not _RESOURCE.match(resource):
+    for i, entry in enumerate(entries):
+        gk = GroupKind(entry.group, entry.kind)
+        if entry.resource:
+            if resources.get(gk, entry.resource) != entry.resource:
                 raise RegistryError(
-                    f"{at}.resource {resource!r} is not a plural resource name (lowercase"
-                    " letters, digits and '-', as in `kubectl api-resources`: `rayservices`)"
+                    f"{source}: {field}[{i}].resource {entry.resource!r}: {gk} is also given "
+                    f"resource {resources[gk]!r}"
                 )
-            if resources.get(gk, resource) != resource:
-                raise RegistryError(
-                    f"{at}.resource {resource!r}: {gk} is also given resource {resources[gk]!r}"
-                )
-            resources[gk] = resource
+            resources[gk] = entry.resource
         out.add(gk)
     return frozenset(out)
 
@@ -207,26 +239,21 @@ def parse_registry(text: str, *, source: str = "kinds config") -> tuple[KindRegi
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RegistryError(f"{source}: not YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise RegistryError(f"{source}: expected a mapping with `tracked` and `walkOnly`")
-    unknown = set(doc) - {"tracked", "walkOnly", "replace"}
-    if unknown:
-        raise RegistryError(f"{source}: unknown keys {sorted(unknown)}")
+    try:
+        config = _Config.model_validate(doc)
+    except ValidationError as exc:
+        raise RegistryError(_message(source, exc.errors())) from None
     resources: dict[GroupKind, str] = {}
     registry = KindRegistry(
-        tracked=_parse_entries(
-            doc.get("tracked"), field="tracked", source=source, resources=resources
-        ),
-        walk_only=_parse_entries(
-            doc.get("walkOnly"), field="walkOnly", source=source, resources=resources
-        ),
+        tracked=_kinds(config.tracked, field="tracked", source=source, resources=resources),
+        walk_only=_kinds(config.walk_only, field="walkOnly", source=source, resources=resources),
         resources=resources,
     )
-    return registry, bool(doc.get("replace", False))
+    return registry, config.replace
 
 
 def default_registry() -> KindRegistry:
-    """The built-in registry: every kind ARCHITECTURE.md names."""
+    """The built-in registry: every kind docs/architecture.md names."""
     registry, _ = parse_registry(DEFAULT_KINDS_YAML, source="built-in kinds")
     return registry
 

@@ -126,6 +126,20 @@ class ModelFinding:
     detail: tuple[str, str] | None = None
     properties: tuple[tuple[str, str], ...] = ()  # more said of a resolved model
 
+    @classmethod
+    def unresolved(
+        cls,
+        *,
+        pointer: str,
+        via: str,
+        reason: str,
+        detail: tuple[str, str] | None = None,
+        source: Source = Source.SPEC,
+    ) -> ModelFinding:
+        """A place that configures a model whose identity cannot be read there."""
+        # id None: a model is configured there, its value cannot be read.
+        return cls(None, None, Confidence.UNRESOLVED, source, pointer, via, reason, detail=detail)
+
 
 def is_sidecar(name: str, image: str) -> bool:
     """A known sidecar, by exact container name or image repository (whole segments)."""
@@ -199,21 +213,13 @@ def _value_finding(
         return None
     why = unresolved_reference(value, env, shell=True)
     if why is not None:
-        return ModelFinding(
-            id=None,
-            revision=None,
-            confidence=Confidence.UNRESOLVED,
-            source=Source.SPEC,
+        return ModelFinding.unresolved(
             pointer=tok_ptr,
             via=via,
             reason=f"{via} {value}: {why}",
         )
     if origin_of(value) == "local-path":
-        return ModelFinding(
-            id=None,
-            revision=None,
-            confidence=Confidence.UNRESOLVED,
-            source=Source.SPEC,
+        return ModelFinding.unresolved(
             pointer=tok_ptr,
             via=via,
             reason=f"{via} {value}: a local path, not a model identity",
@@ -286,11 +292,7 @@ def _repository(
     if not value or value.startswith("-"):
         return
     out.append(
-        ModelFinding(
-            id=None,
-            revision=None,
-            confidence=Confidence.UNRESOLVED,
-            source=Source.SPEC,
+        ModelFinding.unresolved(
             pointer=ptr,
             via=flag,
             reason=f"{flag} {value}: a model repository; the models in it are not in the spec",
@@ -343,11 +345,7 @@ def _env_findings(
         if var.name in MODEL_ENV:
             if var.value is None:
                 models.append(
-                    ModelFinding(
-                        id=None,
-                        revision=None,
-                        confidence=Confidence.UNRESOLVED,
-                        source=Source.SPEC,
+                    ModelFinding.unresolved(
                         pointer=var.pointer,
                         via=f"env {var.name}",
                         reason=f"env {var.name} is set from a {var.value_from}",
@@ -377,15 +375,12 @@ def _env_findings(
 
 def _decl(decl: ModelDecl) -> ModelFinding:
     if decl.reason is not None or not decl.id:
-        return ModelFinding(
-            id=None,
-            revision=None,
-            confidence=Confidence.UNRESOLVED,
-            source=decl.source,
+        return ModelFinding.unresolved(
             pointer=decl.pointer,
             via=decl.via,
             reason=decl.reason or f"{decl.via}: no model identity",
             detail=decl.detail,
+            source=decl.source,
         )
     model_id, url_revision = normalise_id(decl.id)
     return ModelFinding(

@@ -1,4 +1,4 @@
-"""Ownership provenance (issue 12): which controller edges count. Pure.
+"""Ownership provenance: which controller edges count. Pure.
 
 The rule: a controller ownerReference (child -> owner) is an edge of the
 roll-up only if whoever added or changed it may `update` the owner's
@@ -31,7 +31,6 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Callable
-from pathlib import Path
 
 from aibom_core.objects import Obj, ObjRef, OwnerRef, annotations_of
 from aibom_core.stamp import Keys
@@ -42,7 +41,7 @@ KEY_BYTES = 32
 
 
 class ProvenanceKeyError(ValueError):
-    """The provenance key file is missing or not a key."""
+    """The provenance key is not a key (the edges read the file: `aibom_edge.options`)."""
 
 
 def proof_message(namespace: str, group: str, kind: str, name: str, owner_uid: str) -> bytes:
@@ -91,21 +90,6 @@ def parse_key(data: bytes, *, source: str = "the provenance key") -> bytes:
         f"{source} must hold base64 text of at least {KEY_BYTES} random bytes (as "
         f"`aibom-rollup certs` writes it) or exactly {KEY_BYTES} raw bytes; got {len(data)} bytes"
     )
-
-
-def load_key(path: str | Path) -> bytes:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ProvenanceKeyError(f"cannot read --provenance-key {path}: {exc.strerror}") from None
-    return parse_key(data, source=f"--provenance-key {path}")
-
-
-def new_key_text() -> bytes:
-    """A fresh key as the file `certs` writes: base64 of 32 random bytes and a newline."""
-    import secrets
-
-    return base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n"
 
 
 def read_proof(child: Obj, ref: ObjRef, owner: OwnerRef, *, keys: Keys) -> str | None:

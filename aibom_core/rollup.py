@@ -42,7 +42,7 @@ class RootEntry:
     failure: HopFailure | None
     owned: tuple[Obj, ...]  # tracked descendants, sorted by kind then name
     pods: tuple[Obj, ...]  # Pods attributed through the UID-checked chain
-    # Objects whose controller edge to a member is not proven (issue 12):
+    # Objects whose controller edge to a member is not proven:
     # listed, never absorbed.
     unproven: tuple[Obj, ...] = ()
 

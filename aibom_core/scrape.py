@@ -608,20 +608,12 @@ def _scrape_nim(obj: Obj, ctx: _Ctx) -> list[Container]:
                 profile=_str(cache.get("profile")) or None,
             )
         )
-    pvc = _dict(storage.get("pvc"))
-    if _str(pvc.get("name")):
-        volumes.append(
-            Volume(kind="pvc", name=_str(pvc["name"]), mount_path=None, pointer="/spec/storage/pvc")
-        )
-    if _str(storage.get("hostPath")):
-        volumes.append(
-            Volume(
-                kind="hostpath",
-                name=_str(storage["hostPath"]),
-                mount_path=None,
-                pointer="/spec/storage/hostPath",
-            )
-        )
+    for kind, name, pointer in (
+        ("pvc", _str(_dict(storage.get("pvc")).get("name")), "/spec/storage/pvc"),
+        ("hostpath", _str(storage.get("hostPath")), "/spec/storage/hostPath"),
+    ):
+        if name:
+            volumes.append(Volume(kind=kind, name=name, mount_path=None, pointer=pointer))
     models = list(ctx.all_models)
     status_model = _str(_dict(_dict(obj.get("status")).get("model")).get("name")).strip()
     if status_model:
@@ -702,7 +694,6 @@ _KSERVE_RUNTIMES = {
     "kserve-tritonserver": "triton",
     "kserve-mlserver": "mlserver",
 }
-KSERVE_MODEL_MOUNT = "/mnt/models"  # where the storage initializer puts the model
 
 
 def kserve_storage(uri: str, ptr: str) -> tuple[ModelDecl, Volume | None]:

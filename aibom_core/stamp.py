@@ -83,7 +83,7 @@ class Keys:
 
     @property
     def edge_proof(self) -> str:
-        """The webhook's proof that an object's controller edge was proven (issue 12)."""
+        """The webhook's proof that an object's controller edge was proven."""
         return f"{self.prefix}edge-proof"
 
     @property
@@ -122,7 +122,7 @@ class Stamp:
 
 
 def stamp_of(result: WalkResult) -> Stamp:
-    """The stamp ARCHITECTURE.md defines for a walk result."""
+    """The stamp docs/webhook.md defines for a walk result."""
     root = result.root
     return Stamp(
         root=root.kind_name if root else None,
@@ -225,7 +225,7 @@ def mirror_deployment(
     if first_hop is None or first_hop.group_kind != DEPLOYMENT or first_hop.uid != _uid(owner):
         return stamp
     if stamp.rollup == Rollup.UNPROVEN.value:
-        # Its edge to the Deployment is not proven (issue 12): the Deployment's
+        # Its edge to the Deployment is not proven: the Deployment's
         # stamp says nothing about it (a forged ReplicaSet inherits nothing).
         return stamp
     ann = annotations_of(owner)

@@ -1,4 +1,4 @@
-"""The upward owner walk (design 005 §1), UID-checked at every hop.
+"""The upward owner walk (docs/architecture.md), UID-checked at every hop.
 
 The walk is written sans-I/O, like h11: `walk()` is a generator that yields an
 `OwnerRequest` for each hop and is sent back a `Fetched` (the owner object, or
@@ -19,7 +19,7 @@ from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 
 # Worker Pod -> worker StatefulSet -> leader Pod -> leader StatefulSet ->
 # LeaderWorkerSet -> DynamoComponentDeployment -> DynamoGraphDeployment is
-# exactly 6 hops, the deepest real chain we know (ARCHITECTURE.md); the cap
+# exactly 6 hops, the deepest real chain we know (docs/architecture.md); the cap
 # counts hops, so 6 must reach.
 DEFAULT_MAX_DEPTH = 6
 
@@ -34,7 +34,7 @@ class Reason(StrEnum):
     DEPTH_EXCEEDED = "DepthExceeded"
     CYCLE = "Cycle"
     TIMEOUT = "Timeout"
-    # Provenance (issue 12): the edge was not followed because nobody proved
+    # Provenance: the edge was not followed because nobody proved
     # that whoever set it may control the owner (denied, or no verdict), or
     # because the check itself failed (SubjectAccessReview error or timeout).
     UNPROVEN = "Unproven"
@@ -104,7 +104,7 @@ class WalkResult:
         return len(self.chain)
 
 
-# The edge-trust input (issue 12): called with the child object, its ref and
+# The edge-trust input: called with the child object, its ref and
 # its controller reference before that edge is followed; None means the edge
 # is proven, a reason (`Unproven`, `Unchecked`) that it is refused and not
 # followed. No trust input means every edge is trusted (the pre-provenance

@@ -1,1 +1,4 @@
-"""aibom-rollup: the command line and the I/O edges shared by the webhook and the annotator."""
+"""aibom-rollup: the command line and the `kubectl aibom` plugin, the top floor.
+
+It starts the webhook, the annotator and certs; see docs/architecture.md.
+"""

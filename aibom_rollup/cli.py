@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from importlib import metadata as importlib_metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TextIO
 
 from aibom_core.bom import Facts, facts_of, input_hash, render
@@ -39,103 +36,28 @@ from aibom_core.guard import (
     SHIPPED_PATH,
 )
 from aibom_core.guard import render as render_policy
-from aibom_core.kinds import (
-    DEFAULT_KINDS_YAML,
-    GroupKind,
-    KindRegistry,
-    RegistryError,
-    default_registry,
-    registry_from_config,
-)
-from aibom_core.provenance import ProofTrust, ProvenanceKeyError, load_key
+from aibom_core.kinds import DEFAULT_KINDS_YAML, GroupKind
+from aibom_core.provenance import ProofTrust
 from aibom_core.rollup import RootEntry, inventory
-from aibom_core.stamp import DEFAULT_PREFIX, Keys, mirror_deployment, stamp_of
-from aibom_core.walk import DEFAULT_MAX_DEPTH, WalkResult
+from aibom_core.stamp import Keys, mirror_deployment, stamp_of
+from aibom_core.walk import WalkResult
+from aibom_edge.files import write_atomic
+from aibom_edge.options import (
+    UsageError,
+    add_core_options,
+    add_provenance_key_option,
+    command_parser,
+    exit_code,
+    keys_of,
+    max_depth_of,
+    provenance_key_of,
+    registry_of,
+    tool_version,
+)
 
 PROG = "aibom-rollup"
 OPT_IN_LABEL = "aibom.dev/enabled"
 INPUT_SUFFIXES = (".json", ".yaml", ".yml")
-
-
-class UsageError(Exception):
-    """Bad input or usage: one line on stderr, exit 2."""
-
-
-def tool_version() -> str:
-    try:
-        return importlib_metadata.version("aibom-rollup")
-    except importlib_metadata.PackageNotFoundError:
-        return "0.0.0+unknown"
-
-
-# -- shared options ----------------------------------------------------------
-
-
-def add_core_options(p: argparse.ArgumentParser) -> None:
-    """Options every command that resolves roots shares."""
-    p.add_argument(
-        "--kinds",
-        metavar="FILE",
-        help="YAML kind registry to merge with the built-in one "
-        "(`replace: true` in the file replaces it); see `aibom-rollup kinds`",
-    )
-    p.add_argument(
-        "--max-depth",
-        type=int,
-        default=DEFAULT_MAX_DEPTH,
-        metavar="N",
-        help=f"owner hops the walk may take (default {DEFAULT_MAX_DEPTH}: "
-        "worker Pod up to a DynamoGraphDeployment over a LeaderWorkerSet is 6)",
-    )
-    p.add_argument(
-        "--annotation-prefix",
-        default=DEFAULT_PREFIX,
-        metavar="PREFIX",
-        help=f"prefix of the stamp annotations (default {DEFAULT_PREFIX})",
-    )
-
-
-def add_provenance_key_option(p: argparse.ArgumentParser, *, help_text: str) -> None:
-    p.add_argument("--provenance-key", metavar="FILE", help=help_text)
-
-
-def provenance_key_of(args: argparse.Namespace) -> bytes | None:
-    """The key of `--provenance-key FILE` (None without it); UsageError when unreadable."""
-    path = getattr(args, "provenance_key", None)
-    if not path:
-        return None
-    try:
-        return load_key(path)
-    except ProvenanceKeyError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def registry_of(args: argparse.Namespace) -> KindRegistry:
-    path = getattr(args, "kinds", None)
-    if not path:
-        return default_registry()
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--kinds {path}: {exc.strerror or exc}") from None
-    try:
-        return registry_from_config(text, source=path)
-    except RegistryError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def keys_of(args: argparse.Namespace) -> Keys:
-    try:
-        return Keys(getattr(args, "annotation_prefix", DEFAULT_PREFIX))
-    except ValueError as exc:
-        raise UsageError(f"--annotation-prefix: {exc}") from None
-
-
-def max_depth_of(args: argparse.Namespace) -> int:
-    depth = int(args.max_depth)
-    if not 1 <= depth <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {depth}")
-    return depth
 
 
 # -- reading dumps -----------------------------------------------------------
@@ -182,7 +104,7 @@ def read_dump(paths: Sequence[str]) -> Dump:
 
 
 def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
-    # Offline provenance (issue 12): a dump says nothing about who wrote an
+    # Offline provenance: a dump says nothing about who wrote an
     # ownerReference; the webhook's edge-proof is the only evidence that can
     # be checked after the fact. With --provenance-key, only edges whose proof
     # verifies count (an auditor's view: nothing is absorbed on the say-so of
@@ -209,18 +131,6 @@ def _namespaces(args: argparse.Namespace, dump: Dump) -> list[str] | None:
 
 
 # -- scan --------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _summary(entry: RootEntry, facts: Facts, digest: str) -> dict[str, Any]:
@@ -256,7 +166,7 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         if out_dir is not None:
             target = out_dir / entry.ref.namespace / f"{entry.configmap_name}.json"
             try:
-                _write_atomic(target, render(facts, tool_version=version, digest=digest))
+                write_atomic(target, render(facts, tool_version=version, digest=digest))
             except OSError as exc:
                 raise UsageError(f"{target}: {exc.strerror or exc}") from None
             written += 1
@@ -394,7 +304,7 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     target = Path(args.output)
     try:
-        _write_atomic(target, text.encode("utf-8"))
+        write_atomic(target, text.encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"{target}: {exc.strerror or exc}") from None
     print(
@@ -406,28 +316,68 @@ def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
 
 # -- parser ------------------------------------------------------------------
 
-# Process subcommands live in their packages; imported only when used (the
-# offline commands do not pay for aiohttp or the kubernetes client).
-_PLUGINS = {
-    "webhook": ("webhook.main", "run the mutating admission webhook (HTTPS, AdmissionReview v1)"),
-    "annotator": ("annotator.main", "run the annotator: one AIBOM ConfigMap per root"),
-    "certs": ("certs.main", "generate a CA and the webhook serving certificate"),
-    "verify": ("aibom_rollup.verify", "check the JSF signatures of AIBOM documents"),
-    "keys": ("aibom_rollup.keys", "create a document-signing key; edit the published JWK set"),
+# Process subcommands live in their packages, one floor below this one (the
+# layers contract in pyproject.toml; docs/architecture.md). Each is imported
+# only when used, so the offline commands do not pay for aiohttp or the
+# kubernetes client; the imports are written out, not importlib, so the import
+# contracts see these edges.
+
+
+def _webhook() -> ModuleType:
+    import webhook.main
+
+    return webhook.main
+
+
+def _annotator() -> ModuleType:
+    import annotator.main
+
+    return annotator.main
+
+
+def _certs() -> ModuleType:
+    import certs.main
+
+    return certs.main
+
+
+def _verify() -> ModuleType:
+    from aibom_rollup import verify
+
+    return verify
+
+
+def _keys() -> ModuleType:
+    from aibom_rollup import keys
+
+    return keys
+
+
+_PLUGINS: dict[str, tuple[Callable[[], ModuleType], str, str]] = {
+    "webhook": (
+        _webhook,
+        "webhook.main",
+        "run the mutating admission webhook (HTTPS, AdmissionReview v1)",
+    ),
+    "annotator": (_annotator, "annotator.main", "run the annotator: one AIBOM ConfigMap per root"),
+    "certs": (_certs, "certs.main", "generate a CA and the webhook serving certificate"),
+    "verify": (_verify, "aibom_rollup.verify", "check the JSF signatures of AIBOM documents"),
+    "keys": (
+        _keys,
+        "aibom_rollup.keys",
+        "create a document-signing key; edit the published JWK set",
+    ),
 }
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
+    parser, sub = command_parser(
+        PROG,
         description="One AI workload, one AIBOM: resolve every object's root by walking "
         "UID-checked controller ownerReferences, and keep one CycloneDX AIBOM per root.",
         epilog="Offline: kubectl get deploy,sts,ds,rs,job,cronjob,pod,lws,dgd,dcd,nimservice "
         "-A -o json | aibom-rollup scan",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {tool_version()}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     scan = sub.add_parser(
         "scan",
@@ -490,12 +440,12 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     pol.set_defaults(func=cmd_policy)
 
     wanted = next((a for a in argv if not a.startswith("-")), None)
-    for name, (module, help_text) in _PLUGINS.items():
+    for name, (loader, module, help_text) in _PLUGINS.items():
         if wanted is not None and wanted != name:
             sub.add_parser(name, help=help_text, add_help=False)
             continue
         try:
-            mod = importlib.import_module(module)
+            mod = loader()
         except ModuleNotFoundError as exc:
             if exc.name and not module.startswith(exc.name):
                 raise
@@ -528,26 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    try:
-        code: int = args.func(args, sys.stdout)
-        return code
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:
-        if args.debug:
-            raise
-        print(
-            f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug "
-            "for a traceback, and please report it)",
-            file=sys.stderr,
-        )
-        return 1
+    return exit_code(lambda: int(args.func(args, sys.stdout)), prefix=f"{PROG}: ", debug=args.debug)
 
 
 if __name__ == "__main__":

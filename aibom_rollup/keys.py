@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from aibom_core import jsf
-from aibom_rollup.cli import UsageError, _write_atomic
+from aibom_edge.files import write_atomic
+from aibom_edge.options import UsageError, read_input
 from aibom_rollup.verify import keys_of_text
 
 NAMESPACE = "aibom-system"
@@ -133,15 +134,6 @@ def _new(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from None
-
-
 def _keys_of_secret(raw: bytes, source: str) -> jsf.KeySet | None:
     try:
         data = json.loads(raw)
@@ -165,14 +157,14 @@ def _jwks(args: argparse.Namespace) -> int:
     keys = jsf.KeySet({})
     meta: dict[str, Any] = {}
     if args.source:
-        raw = _read(args.source)
+        raw = read_input(args.source)
         keys = keys_of_text(raw, args.source)
         with contextlib.suppress(ValueError):
             source = json.loads(raw)
             if isinstance(source, dict) and isinstance(source.get("metadata"), dict):
                 meta = source["metadata"]
     for path in args.add:
-        raw = _read(path)
+        raw = read_input(path)
         added = _keys_of_secret(raw, path) or keys_of_text(raw, path)
         for jwk in added.keys.values():
             keys = keys.with_key(jwk)
@@ -194,20 +186,20 @@ def _jwks(args: argparse.Namespace) -> int:
 
 def _sign(args: argparse.Namespace) -> int:
     try:
-        key = jsf.SigningKey.of(jsf.load_private_pem(_read(args.key_file)), kid=args.kid)
+        key = jsf.SigningKey.of(jsf.load_private_pem(read_input(args.key_file)), kid=args.kid)
     except jsf.BadKey as exc:
         raise UsageError(f"{args.key_file}: {exc}") from None
     signed = []
     for path in args.documents:
         try:
-            doc = jsf.parse_document(_read(path))
+            doc = jsf.parse_document(read_input(path))
         except ValueError as exc:
             raise UsageError(f"{path}: not a JSON document: {exc}") from None
         if doc.get("bomFormat") != "CycloneDX":
             raise UsageError(f"{path}: not a CycloneDX document")
         signed.append((Path(path), jsf.dumps(jsf.sign(doc, key))))
     for path, data in signed:  # all read and signed first: no half-signed set
-        _write_atomic(path, data)
+        write_atomic(path, data)
     print(
         f"aibom-rollup keys: signed {len(signed)} document(s) with key {key.kid}", file=sys.stderr
     )

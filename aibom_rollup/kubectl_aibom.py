@@ -36,17 +36,19 @@ from aibom_core.kindnames import Target, TargetError, parse_target
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
 from aibom_core.walk import Rollup
-from aibom_rollup import render
-from aibom_rollup.cli import (
+from aibom_edge.kube import Kube, KubeError
+from aibom_edge.options import (
     UsageError,
     add_core_options,
+    command_parser,
+    exit_code,
     keys_of,
     max_depth_of,
-    read_dump,
     registry_of,
     tool_version,
 )
-from aibom_rollup.kube import Kube, KubeError
+from aibom_rollup import render
+from aibom_rollup.cli import read_dump
 from aibom_rollup.sources import Doc, DumpSource, LiveSource, Source, SourceError
 
 PROG = "kubectl aibom"
@@ -86,15 +88,12 @@ def _common() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
-        prog=PROG,
+    parser, sub = command_parser(
+        PROG,
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         epilog="Exit codes: 0 success, 1 not found or the cluster could not answer, "
         "2 usage error. See `kubectl aibom COMMAND --help`.",
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {tool_version()}")
-    parser.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     ex = sub.add_parser(
         "explain",
@@ -493,27 +492,13 @@ def hoist(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(hoist(sys.argv[1:] if argv is None else argv))
-    try:
-        return asyncio.run(_run(args, sys.stdout))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (NotFound, SourceError, KubeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:
-        if args.debug:
-            raise
-        print(
-            f"error: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a "
-            "traceback, and please report it)",
-            file=sys.stderr,
-        )
-        return 1
+    return exit_code(
+        lambda: asyncio.run(_run(args, sys.stdout)),
+        prefix="",
+        debug=args.debug,
+        failures=(NotFound, SourceError, KubeError),
+        interrupted=None,
+    )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ One interface, two readers, so every subcommand has exactly one code path and
 `--from-file dump.json` gives the offline answer with the same output:
 
 - `LiveSource` reads through the same async raw-JSON client as the webhook
-  and the annotator (`aibom_rollup.kube.Kube`): owners by GET, exactly as the
+  and the annotator (`aibom_edge.kube.Kube`): owners by GET, exactly as the
   webhook's walk does (without its cache), namespaces by paginated LIST of
   every kind the registry walks, documents from the AIBOM ConfigMaps.
 - `DumpSource` answers from an `OwnershipGraph` built from the dump, whose
@@ -36,7 +36,7 @@ from aibom_core.rollup import (
     unpack,
 )
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
-from aibom_rollup.kube import ApiResource, Kube, KubeError
+from aibom_edge.kube import ApiResource, Kube, KubeError
 
 REPLICA_SET = GroupKind("apps", "ReplicaSet")
 CONFIG_MAP = GroupKind("", "ConfigMap")

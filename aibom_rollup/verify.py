@@ -45,7 +45,7 @@ import yaml
 
 from aibom_core import jsf
 from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
-from aibom_rollup.cli import UsageError
+from aibom_edge.options import UsageError, read_input
 
 MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=aibom-rollup"
 # A ConfigMap holds at most 1 MiB; its gzip cannot honestly expand past this.
@@ -177,15 +177,6 @@ def _configmap(cm: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
         yield name, doc, ""
 
 
-def _read(source: str) -> bytes:
-    if source == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return Path(source).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{source}: {exc.strerror or exc}") from None
-
-
 # -- keys ---------------------------------------------------------------------------
 
 
@@ -262,7 +253,7 @@ def _message(body: Any) -> str:
 async def _from_cluster(
     args: argparse.Namespace, *, want_docs: bool, want_keys: bool
 ) -> tuple[list[dict[str, Any]], jsf.KeySet | None, str]:
-    from aibom_rollup.kube import Kube, KubeError
+    from aibom_edge.kube import Kube, KubeError
 
     scope = "all namespaces"
     try:
@@ -323,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     if args.key:
         merged: dict[str, Any] = {}
         for path in args.key:
-            merged.update(keys_of_text(_read(path), path).keys)
+            merged.update(keys_of_text(read_input(path), path).keys)
         keys = jsf.KeySet(merged)
     if args.sources and (args.namespace or args.all_namespaces):
         raise UsageError("-n/-A select cluster ConfigMaps: give them without FILE arguments")
@@ -331,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("stdin (-) can be read only once")
     found: list[tuple[str, bytes | None, str]] = []
     for source in args.sources:
-        found += list(documents_in(_read(source), source))
+        found += list(documents_in(read_input(source), source))
     scope = ", ".join(args.sources)
     want_docs = not args.sources
     if want_docs or keys is None:

@@ -13,7 +13,7 @@ Layers, top-down (each may import the ones below it, never the other way):
   ConfigMaps, preconditioned deletes, stamp merge patches, Events), gated on
   leadership and counted.
 - ``probes``: ``/metrics``, ``/healthz``, ``/readyz`` (aiohttp).
-- ``metrics``, ``logs``: Prometheus collectors and structured log lines.
+- ``metrics``: Prometheus collectors (log lines: ``aibom_edge.logs``, shared).
 - Pure, no I/O and no ``await``: ``cache`` (the watch-fed state: ownership
   graph, namespaces, our ConfigMaps; which keys an event dirties), ``plan``
   (what one reconcile must write and delete), ``configmap`` (the ConfigMap

@@ -39,7 +39,7 @@ from annotator.keys import RootKey, SweepKey
 NAMESPACE = GroupKind("", "Namespace")
 CONFIGMAP = GroupKind("", "ConfigMap")
 DEFAULT_OPT_IN_LABEL = "aibom.dev/enabled"
-# Provenance (issue 12): the guard's opt-out label.
+# Provenance: the guard's opt-out label.
 GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
 
 CmName = tuple[str, str]  # namespace, name
@@ -88,7 +88,7 @@ class ClusterState:
         trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
-        # Provenance (issue 12): an edge counts when its namespace is guarded
+        # Provenance: an edge counts when its namespace is guarded
         # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
         self.binding_exists = False
         self.trust_all = trust_all

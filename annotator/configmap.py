@@ -1,6 +1,6 @@
 """The AIBOM ConfigMap of a root: name, labels, ownerReference, payload. Pure.
 
-The contract is ARCHITECTURE.md's: name `aibom-<kind-lowercase>-<name>`
+The contract is docs/architecture.md's (Documents): name `aibom-<kind-lowercase>-<name>`
 (`aibom_core.rollup.configmap_name`), data key `aibom.json`, labels
 `app.kubernetes.io/managed-by: aibom-rollup`, `<prefix>root-kind`,
 `<prefix>root-name`, `<prefix>root-uid`, and an ownerReference to the root

@@ -19,12 +19,11 @@ only a document too big for a ConfigMap is compressed off the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +32,7 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
-from aibom_rollup.kube import ApiResource, Kube, KubeError
+from aibom_edge.kube import ApiResource, Kube, KubeError
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
 from annotator.configmap import (
     FOREIGN_DATA,
@@ -58,7 +57,7 @@ from annotator.writer import NotLeader, WriteError, Writer
 log = logging.getLogger("annotator")
 
 STAMP_MODES = ("opted-in", "all", "off")
-GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding (issue 12)
+GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class Settings:
     forbidden_retry: float = 30.0
     sync_timeout: float = 30.0
     watch_idle_timeout: float = 90.0
-    # Provenance (issue 12): the webhook's edge-proof key; trust every edge instead.
+    # Provenance: the webhook's edge-proof key; trust every edge instead.
     provenance_key: bytes | None = None
     trust_owner_references: bool = False
     signing: Signing | None = None  # sign every document (annotator.signing)
@@ -112,6 +111,7 @@ class Controller:
         self.metrics.watch_client(
             lambda: dict(getattr(kube, "throttled", {})),
             lambda: int(getattr(kube, "token_refreshes", 0)),
+            lambda: int(getattr(kube, "token_refresh_failures", 0)),
         )
         self.state = ClusterState(
             settings.registry,
@@ -151,7 +151,6 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        self.first_synced_at: float | None = None
         self.reconciles = 0
         self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
         # The last verdict on each root (current-state gauges; the leader's view).
@@ -320,7 +319,6 @@ class Controller:
             if informer is None or not informer.settled:
                 return
         self.state.bulk = False
-        self.first_synced_at = time.monotonic()
         self.synced.set()
         self.metrics.ready.set(1)
         log.info(
@@ -351,7 +349,7 @@ class Controller:
     # -- discovery supervisor --------------------------------------------------------------
 
     async def check_guard(self) -> None:
-        """Whether the guard's ValidatingAdmissionPolicyBinding exists (issue 12); report
+        """Whether the guard's ValidatingAdmissionPolicyBinding exists; report
         opted-in namespaces whose guard is opted out, and count unproven edges."""
         try:
             exists = await self.kube.binding_exists(GUARD_BINDING, timeout=10)
@@ -892,20 +890,3 @@ class Controller:
             return
         self._logged.add(marker)
         log.warning(msg, extra=fields)
-
-
-async def run_until(
-    controller: Controller,
-    stop: asyncio.Event,
-    *,
-    on_started: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Start, wait for `stop`, shut down gracefully."""
-    await controller.start()
-    if on_started is not None:
-        await on_started()
-    try:
-        await stop.wait()
-    finally:
-        with contextlib.suppress(Exception):
-            await controller.stop()

@@ -24,7 +24,7 @@
   when discovery sees the kind again; a kind we may not list (403) is
   reported and retried slowly, so RBAC granted later is picked up.
 - Cached objects are kept through errors: a degraded watch never empties
-  the cache (design 005's degradation table: the root's AIBOM is kept).
+  the cache (docs/architecture.md's degradation table: the root's AIBOM is kept).
 
 The informer only reads; it never blocks the loop for long (pages are
 parsed one at a time and the loop gets a turn between them).
@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj, metadata
-from aibom_rollup.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
+from aibom_edge.kube import ApiResource, Kube, KubeError, WatchExpired, retry_after
 
 log = logging.getLogger("annotator.informer")
 

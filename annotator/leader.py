@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aibom_rollup.kube import Kube, KubeError
+from aibom_edge.kube import Kube, KubeError
 from annotator.lease import (
     ElectionConfig,
     Observation,

@@ -125,7 +125,6 @@ class Wait:
     """Somebody else holds a valid Lease; look again after the retry period."""
 
     holder: str
-    expires_in: float
 
 
 def held_by_other(obs: Observation, *, config: ElectionConfig, now: float) -> bool:
@@ -156,8 +155,7 @@ def decide(obs: Observation, *, config: ElectionConfig, now: float, wall: str) -
             acquiring=True,
         )
     if held_by_other(obs, config=config, now=now):
-        duration = rec.duration or config.lease_duration
-        return Wait(holder=rec.holder, expires_in=obs.seen_at + duration - now)
+        return Wait(holder=rec.holder)
     ours = rec.holder == config.identity
     new = LeaseRecord(
         holder=config.identity,

@@ -25,17 +25,20 @@ import os
 import signal
 import socket
 
-from aibom_rollup.cli import (
+from aibom_edge import logs
+from aibom_edge.kube import Kube, KubeError
+from aibom_edge.options import (
     UsageError,
+    add_cluster_options,
     add_core_options,
+    add_log_options,
     keys_of,
+    positive_float,
+    positive_int,
     provenance_key_of,
     registry_of,
     tool_version,
 )
-from aibom_rollup.kube import Kube, KubeError
-from aibom_rollup.logs import FORMATS
-from annotator import logs
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
@@ -53,38 +56,12 @@ def _default_identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _pos_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _pos_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    pos_int, pos_float = _pos_int, _pos_float
+    pos_int, pos_float = positive_int, positive_float
 
     api = p.add_argument_group("cluster")
-    api.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, else the in-cluster "
-        "service account)",
-    )
-    api.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+    add_cluster_options(api)
     api.add_argument(
         "--namespace-label",
         default=f"{DEFAULT_OPT_IN_LABEL}=true",
@@ -269,18 +246,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="port of /healthz and /readyz (default: 8081; may equal --metrics-port)",
     )
-    ops.add_argument(
-        "--log-format",
-        choices=FORMATS,
-        default="json",
-        help="log line format (default: %(default)s)",
-    )
-    ops.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="(default: %(default)s)",
-    )
+    add_log_options(ops)
     prov = p.add_argument_group("provenance (which controller references count)")
     prov.add_argument(
         "--provenance-key",

@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from aibom_edge.metrics import unresolved_counter
+
 # Reconciles are cache reads plus at most a handful of writes: most take
 # milliseconds; a root with thousands of Pods, or a slow API, takes seconds.
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -36,9 +38,15 @@ class _RequestCounter(Collector):
 
 
 class _ClientCounters(Collector):
-    def __init__(self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]):
+    def __init__(
+        self,
+        throttled: Callable[[], dict[str, int]],
+        refreshes: Callable[[], int],
+        failures: Callable[[], int] = lambda: 0,
+    ):
         self._throttled = throttled
         self._refreshes = refreshes
+        self._failures = failures
 
     def collect(self) -> list[Metric]:
         retries = CounterMetricFamily(
@@ -53,7 +61,14 @@ class _ClientCounters(Collector):
             "Times the API token changed on refresh (exec plugin, OIDC, projected token file).",
         )
         refreshed.add_metric([], self._refreshes())
-        return [retries, refreshed]
+        failed = CounterMetricFamily(
+            "aibom_annotator_credential_refresh_failures",
+            "Refreshes of the API token that failed (the plugin or the OIDC provider refused, "
+            "or gave an expired token); the old token is kept and the refresh retried with "
+            "backoff.",
+        )
+        failed.add_metric([], self._failures())
+        return [retries, refreshed, failed]
 
 
 class Metrics:
@@ -66,14 +81,12 @@ class Metrics:
             ["kind", "outcome"],
             registry=r,
         )
-        self.unresolved = Counter(
-            "aibom_rollup_unresolved",
+        self.unresolved = unresolved_counter(
+            r,
             "Object versions recorded as unresolved (a hop of the walk failed), by the "
             "walked object's kind and the hop's reason: the annotator counts each document "
             "version it writes for an unresolved root (the webhook: each admission it "
             "stamps unresolved).",
-            ["kind", "reason"],
-            registry=r,
         )
         # Current state (gauges), from the leader's last reconcile of each root;
         # 0 on a standby (it reconciles nothing).
@@ -210,7 +223,11 @@ class Metrics:
         self.registry.register(_RequestCounter(source))
 
     def watch_client(
-        self, throttled: Callable[[], dict[str, int]], refreshes: Callable[[], int]
+        self,
+        throttled: Callable[[], dict[str, int]],
+        refreshes: Callable[[], int],
+        failures: Callable[[], int] = lambda: 0,
     ) -> None:
-        """The client's own counters: retries after 429/Retry-After, token refreshes."""
-        self.registry.register(_ClientCounters(throttled, refreshes))
+        """The client's own counters: retries after 429/Retry-After, token refreshes (and
+        failed ones)."""
+        self.registry.register(_ClientCounters(throttled, refreshes, failures))

@@ -42,7 +42,7 @@ class Outcome(StrEnum):
     MATCHED = "matched"
     ROLLED_UP = "rolled_up"
     ROLLUP_UNRESOLVED = "rollup_unresolved"
-    ROLLUP_UNPROVEN = "rollup_unproven"  # its own controller edge is not proven (issue 12)
+    ROLLUP_UNPROVEN = "rollup_unproven"  # its own controller edge is not proven
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from aibom_edge.metrics import exposition
 from annotator.metrics import Metrics
 
 
@@ -39,8 +39,7 @@ class Probes:
         self.ports: dict[str, int] = {}
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return exposition(self.metrics.registry)
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

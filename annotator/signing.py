@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aibom_core import jsf
-from aibom_rollup.kube import Kube
+from aibom_edge.kube import Kube
 from annotator.writer import WriteError
 
 log = logging.getLogger("annotator")
@@ -151,11 +151,6 @@ async def publish(kube: Kube, key: jsf.SigningKey, namespace: str, name: str) ->
             raise WriteError(f"patch {namespace}/{name}", resp.status, _message(resp.body))
         await asyncio.sleep(0.1)
     raise WriteError(f"publish {namespace}/{name}", 409, "the ConfigMap kept changing")
-
-
-def describe(signing: Signing) -> dict[str, Any]:
-    where = "/".join(signing.keys_configmap) if signing.keys_configmap else None
-    return {"kid": signing.key.kid, "algorithm": signing.key.algorithm, "keys_configmap": where}
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

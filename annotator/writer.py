@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aibom_core.objects import Obj, ObjRef
-from aibom_rollup.kube import ApiResource, Kube, KubeResponse
+from aibom_edge.kube import ApiResource, Kube, KubeResponse
 from annotator.configmap import FIELD_MANAGER
 from annotator.lease import micro_time
 from annotator.plan import DocRef

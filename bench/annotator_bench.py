@@ -58,8 +58,8 @@ from aibom_core.graph import OwnershipGraph  # noqa: E402
 from aibom_core.kinds import default_registry  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
-from aibom_rollup.kube import Kube  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from aibom_edge.kube import Kube  # noqa: E402
+from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 
 Obj = dict[str, Any]
 NS = "bench"
@@ -143,15 +143,7 @@ class Builder:
         if "labels" in fields:
             meta["labels"] = fields.pop("labels")
         if owner is not None:
-            meta["ownerReferences"] = [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                }
-            ]
+            meta["ownerReferences"] = [owner_reference(owner)]
         obj: Obj = {"apiVersion": API_VERSIONS[kind], "kind": kind, "metadata": meta, **fields}
         self._stamp(obj, owner)
         async with self.sem:

@@ -27,7 +27,12 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.controlplane import owner_reference
 
 Obj = dict[str, Any]
 
@@ -75,16 +80,7 @@ class Builder:
         if labels:
             meta["labels"] = labels
         if owner is not None:
-            meta["ownerReferences"] = [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ]
+            meta["ownerReferences"] = [owner_reference(owner)]
         o: Obj = {"apiVersion": api_version, "kind": kind, "metadata": meta}
         if spec is not None:
             o["spec"] = spec

@@ -5,7 +5,7 @@ ReplicaSet -> Deployment -> DynamoComponentDeployment -> DynamoGraphDeployment,
 owners carrying the edge-proofs the webhook writes) from in-memory owners and
 an in-memory SubjectAccessReview answer, so that only our own code is timed:
 
-  - no provenance (the walk alone, as before issue 12);
+  - no provenance (the walk alone, as before provenance);
   - provenance, SAR cache on (a hit per admission after the first);
   - provenance, SAR cache off (a review per admission; the in-memory reviewer
     answers at once, so this is our side of a review only: JSON body, future,

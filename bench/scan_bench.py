@@ -12,7 +12,7 @@ on the same dump, so both see the same machine load.
 Generates the dump with bench/gen_dump.py (every ownership shape, pods with
 digests), then runs `aibom-rollup scan` as a separate process, once printing
 the summary and once writing every document (`-o DIR`), and reports the
-median wall time and the peak RSS of each mode. Goal (issue #2): <= 5 s and
+median wall time and the peak RSS of each mode. Goal: <= 5 s and
 <= 1 GB for 100,000 objects on this 2-core machine. Not a test: numbers go
 to BENCHMARKS.md.
 """

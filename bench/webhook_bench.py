@@ -18,7 +18,7 @@ Latency is measured by the client (request written -> response read), so it
 includes TLS and HTTP on both sides. API GETs per admission come from the
 webhook's own counters (aibom_webhook_owner_lookups_total{source="get"}).
 
-Provenance (issue 12): every run checks the Pod's own edge with a
+Provenance: every run checks the Pod's own edge with a
 SubjectAccessReview (the review's userInfo is the ReplicaSet controller's
 ServiceAccount, which may update replicasets/finalizers) and the hops above
 with the owners' edge-proofs (written here with the webhook's key, as the
@@ -42,7 +42,6 @@ import os
 import shutil
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,10 +55,14 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from webhook_process import start_webhook  # noqa: E402
+
 from aibom_core.objects import controller_ref, ref_of  # noqa: E402
-from aibom_core.provenance import load_key, new_key_text, proof_for  # noqa: E402
+from aibom_core.provenance import proof_for  # noqa: E402
 from aibom_core.stamp import Keys  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from aibom_edge.options import load_provenance_key  # noqa: E402
+from certs.pki import new_key_text  # noqa: E402
+from tests.controlplane import ControlPlane, owner_reference  # noqa: E402
 from tests.integration.support import Webhook, deployment, shipped_role  # noqa: E402
 from tests.integration.support import grant_webhook as grant  # noqa: E402
 from tests.integration.support import kubectl_apply as apply  # noqa: E402
@@ -106,16 +109,7 @@ def review_body(obj: dict[str, Any], ns: str) -> bytes:
 def pod(ns: str, name: str, owner: dict[str, Any] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {"app": "bench"}}
     if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+        meta["ownerReferences"] = [owner_reference(owner)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -221,7 +215,7 @@ def cpu_seconds(pid: int) -> float:
 
 def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, Any]]) -> None:
     """Write the edge-proof each owner would have got from the webhook at admission."""
-    key = load_key(key_file)
+    key = load_provenance_key(key_file)
     keys = Keys()
     for obj in owners:
         owner = controller_ref(obj)
@@ -332,44 +326,9 @@ def main() -> int:
                 ),
             )
             # Pinned to one core, at WARNING (no per-review log line).
-            hook_args = hook.args
-            proc = subprocess.Popen(
-                [
-                    *pin,
-                    sys.executable,
-                    "-m",
-                    "aibom_rollup",
-                    "webhook",
-                    "--cert-file",
-                    str(hook.dir / "tls.crt"),
-                    "--key-file",
-                    str(hook.dir / "tls.key"),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(hook.port),
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--log-level",
-                    "warning",
-                    *hook_args,
-                ],
-                cwd=REPO,
-                env=child_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=open(hook.log, "ab"),  # noqa: SIM115 - the child keeps it
-            )
-            hook.proc = proc
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if hook.request("GET", "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-                time.sleep(0.2)
+            log = start_webhook(hook, prefix=pin)
+            proc = hook.proc
+            assert proc is not None
             url = f"https://127.0.0.1:{hook.port}/mutate"
             ctx = hook.ssl_context()
             scenarios: list[tuple[str, list[bytes], float | None, int]] = []
@@ -467,16 +426,13 @@ def main() -> int:
                             f"{'with webhook' if registered else 'no webhook'}"
                         )
                         runs = []
+                        labels = {
+                            "kind": "Pod",
+                            "operation": "CREATE",
+                            "result": "uncovered" if owner is None else "rolled-up",
+                        }
                         for _ in range(args.runs):
-                            a0 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a0 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r = asyncio.run(
                                 drive(
                                     poster(base),
@@ -487,15 +443,7 @@ def main() -> int:
                                     concurrency=4,
                                 )
                             )
-                            a1 = counter(
-                                hook,
-                                "aibom_webhook_admissions_total",
-                                {
-                                    "kind": "Pod",
-                                    "operation": "CREATE",
-                                    "result": "uncovered" if owner is None else "rolled-up",
-                                },
-                            )
+                            a1 = counter(hook, "aibom_webhook_admissions_total", labels)
                             r["webhook_calls_per_create"] = (a1 - a0) / max(r["n"] + 4, 1)
                             runs.append(r)
                         results[name] = summarise(runs)
@@ -504,6 +452,7 @@ def main() -> int:
                         hook.unregister(kubectl)
                         time.sleep(2)
             hook.stop()
+            log.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +32,9 @@ import aiohttp
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from webhook_process import start_webhook  # noqa: E402
+
+from tests.controlplane import ControlPlane  # noqa: E402
 from tests.integration.support import Webhook, shipped_role  # noqa: E402
 from tests.integration.support import grant_webhook as grant  # noqa: E402
 from tests.unit.review_fuzz import bodies, check_answer  # noqa: E402
@@ -110,43 +111,10 @@ def main() -> int:
         hook = Webhook(
             cp, Path(tempfile.mkdtemp(prefix="aibom-fuzz-")), name="fuzz", kubeconfig=kubeconfig
         )
-        log = open(hook.log, "ab")  # noqa: SIM115 - the child keeps it
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aibom_rollup",
-                "webhook",
-                "--cert-file",
-                str(hook.dir / "tls.crt"),
-                "--key-file",
-                str(hook.dir / "tls.key"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(hook.port),
-                "--kubeconfig",
-                str(kubeconfig),
-                "--log-level",
-                "warning",
-            ],
-            cwd=REPO,
-            env=child_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        hook.proc = proc
+        log = start_webhook(hook)
+        proc = hook.proc
+        assert proc is not None
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if hook.request("GET", "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"webhook not ready: {hook.log.read_text()[-2000:]}")
-                time.sleep(0.2)
             start_rss = rss_mib(proc.pid)
             url = f"https://127.0.0.1:{hook.port}/mutate"
             result = asyncio.run(drive(url, hook.ssl_context(), proc.pid, args))

@@ -1,4 +1,4 @@
-"""Python heap of the webhook app under the fuzz stream (not a test; issue 14 item 9).
+"""Python heap of the webhook app under the fuzz stream (not a test).
 
 Runs the real aiohttp application in process (plain HTTP on loopback, an
 in-memory owner source), sends N bodies of tests/unit/review_fuzz.py, and

@@ -20,21 +20,27 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aibom_core.provenance import new_key_text
-from aibom_rollup.cli import UsageError
-from certs.pki import KeyPair, PkiError, issue_serving, load_pair, new_ca, service_dns_names
+from aibom_edge.files import write_atomic
+from aibom_edge.options import UsageError
+from certs.pki import (
+    KeyPair,
+    PkiError,
+    issue_serving,
+    load_pair,
+    new_ca,
+    new_key_text,
+    service_dns_names,
+)
 from certs.webhookconfig import DEFAULT_NAMESPACE, ConfigError, ca_bundle, fill
 
 # The shipped webhook configuration, packaged with the command so `certs` works
-# from an installed package or the image too. A copy of
+# from an installed package or the image too: a symbolic link to
 # manifests/webhook/mutatingwebhook.yaml (kustomize cannot read outside its
-# folder); tests/unit/test_certs.py fails if the two differ.
+# folder, so the file lives there; building the package copies its content).
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "templates" / "mutatingwebhook.yaml"
 
 
@@ -87,19 +93,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="where the filled-in configuration goes (default DIR/mutatingwebhook.yaml; "
         "- for stdout, then the caBundle is not printed)",
     )
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Atomically, with `mode` from the start (a key is never briefly world-readable)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _ca(out: Path, *, new: bool, now: dt.datetime, days: int) -> tuple[KeyPair, bool]:
@@ -160,24 +153,24 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
     if made:
-        _write(out / "ca.key", ca.key_pem, 0o600)
-        _write(out / "ca.crt", ca.cert_pem, 0o644)
+        write_atomic(out / "ca.key", ca.key_pem, mode=0o600)
+        write_atomic(out / "ca.crt", ca.cert_pem, mode=0o644)
     # Key before certificate: a webhook watching the files never sees a new
     # certificate next to the old key for longer than it takes to write one.
-    _write(out / "tls.key", serving.key_pem, 0o600)
-    _write(out / "tls.crt", serving.cert_pem, 0o644)
+    write_atomic(out / "tls.key", serving.key_pem, mode=0o600)
+    write_atomic(out / "tls.crt", serving.cert_pem, mode=0o644)
     written = ["ca.crt", "tls.crt", "tls.key"] + (["ca.key"] if made else [])
-    # The edge-proof key (issue 12): made once, never replaced (a new key
+    # The edge-proof key: made once, never replaced (a new key
     # would invalidate every proof already written).
     if not (out / "provenance.key").exists():
-        _write(out / "provenance.key", new_key_text(), 0o600)
+        write_atomic(out / "provenance.key", new_key_text(), mode=0o600)
         written.append("provenance.key")
     if config is not None:
         if args.config_out == "-":
             sys.stdout.write(config)
             return 0
         target = Path(args.config_out) if args.config_out else out / "mutatingwebhook.yaml"
-        _write(target, config.encode(), 0o644)
+        write_atomic(target, config.encode(), mode=0o644)
         written.append(str(target))
     print(ca_bundle(ca.cert_pem))
     print(

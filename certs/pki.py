@@ -9,14 +9,19 @@ https://127.0.0.1:PORT/mutate.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from aibom_core.provenance import KEY_BYTES
 
 # Certificates are valid from a little before `now`: clocks of the API server
 # and the machine that made them are rarely in perfect step.
@@ -55,7 +60,25 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
     ]
 
 
-def new_ca(*, common_name: str, now: dt.datetime, days: int) -> KeyPair:
+def _usage(*, ca: bool) -> x509.KeyUsage:
+    """Digital signatures; a CA also signs certificates and CRLs."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def new_ca(
+    *, common_name: str, now: dt.datetime, days: int, path_length: int | None = 0
+) -> KeyPair:
+    """A self-signed CA; `path_length` 0 (the default) lets it sign only leaf certificates."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
@@ -67,28 +90,15 @@ def new_ca(*, common_name: str, now: dt.datetime, days: int) -> KeyPair:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
+        .add_extension(_usage(ca=True), critical=True)
         .add_extension(ski, critical=False)
         .sign(key, hashes.SHA256())
     )
     return KeyPair(key, cert)
 
 
-def _sans(dns_names: list[str], ips: list[str]) -> list[x509.GeneralName]:
+def _sans(dns_names: Sequence[str], ips: Sequence[str]) -> list[x509.GeneralName]:
     out: list[x509.GeneralName] = []
     for name in dns_names:
         if not name or any(c.isspace() for c in name) or "/" in name:
@@ -99,50 +109,59 @@ def _sans(dns_names: list[str], ips: list[str]) -> list[x509.GeneralName]:
             out.append(x509.IPAddress(ipaddress.ip_address(ip)))
         except ValueError:
             raise PkiError(f"not an IP address: {ip!r}") from None
-    if not out:
-        raise PkiError("a serving certificate needs at least one DNS name or IP")
     return out
 
 
-def issue_serving(
-    ca: KeyPair, *, dns_names: list[str], ips: list[str], now: dt.datetime, days: int
+def issue(
+    ca: KeyPair,
+    *,
+    common_name: str,
+    now: dt.datetime,
+    days: int,
+    organizations: Sequence[str] = (),
+    server: bool = False,
+    client: bool = False,
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str] = (),
 ) -> KeyPair:
-    """A TLS server certificate signed by `ca` for these names and IPs."""
+    """A leaf certificate signed by `ca`: TLS server and/or client, with these SANs."""
     sans = _sans(dns_names, ips)
     key = ec.generate_private_key(ec.SECP256R1())
-    common = dns_names[0] if dns_names else ips[0]
-    cert = (
+    subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    subject.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)]))
+        .subject_name(x509.Name(subject))
         .issuer_name(ca.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
         .not_valid_after(min(now + dt.timedelta(days=days), ca.cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
             critical=False,
         )
-        .sign(ca.key, hashes.SHA256())
     )
-    return KeyPair(key, cert)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return KeyPair(key, builder.sign(ca.key, hashes.SHA256()))
+
+
+def issue_serving(
+    ca: KeyPair, *, dns_names: list[str], ips: list[str], now: dt.datetime, days: int
+) -> KeyPair:
+    """A TLS server certificate signed by `ca` for these names and IPs."""
+    if not _sans(dns_names, ips):
+        raise PkiError("a serving certificate needs at least one DNS name or IP")
+    common = dns_names[0] if dns_names else ips[0]
+    return issue(
+        ca, common_name=common, now=now, days=days, server=True, dns_names=dns_names, ips=ips
+    )
 
 
 def load_pair(cert_pem: bytes, key_pem: bytes) -> KeyPair:
@@ -154,3 +173,8 @@ def load_pair(cert_pem: bytes, key_pem: bytes) -> KeyPair:
     if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
         raise PkiError("the CA key does not match the CA certificate")
     return KeyPair(key, cert)
+
+
+def new_key_text() -> bytes:
+    """A fresh edge-proof key as the file `certs` writes: base64 of 32 random bytes, newline."""
+    return base64.b64encode(secrets.token_bytes(KEY_BYTES)) + b"\n"

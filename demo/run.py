@@ -36,7 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.controlplane import cache_dir, child_env  # noqa: E402
+from tests.controlplane import cache_dir, child_env, owner_reference  # noqa: E402
 
 NS = "aibom-demo"
 STATE = Path(os.environ.get("AIBOM_DEMO_DIR") or cache_dir() / "demo")
@@ -211,16 +211,7 @@ def processes(cluster: Cluster) -> None:
 
 
 def _owner(obj: Obj) -> list[Obj]:
-    return [
-        {
-            "apiVersion": obj["apiVersion"],
-            "kind": obj["kind"],
-            "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    return [owner_reference(obj)]
 
 
 def _labelled(template: Obj, labels: dict[str, str]) -> Obj:

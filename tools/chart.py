@@ -66,7 +66,7 @@ SECRET_RECIPES = {
     (TLS_SECRET, "tls.crt"): '{{ index $tls "tls.crt" }}',
     (TLS_SECRET, "tls.key"): '{{ index $tls "tls.key" }}',
     (TLS_SECRET, "ca.crt"): '{{ index $tls "ca.crt" }}',
-    # issue 12's edge-proof key (`aibom-rollup certs` writes tls/provenance.key):
+    # the edge-proof key (`aibom-rollup certs` writes tls/provenance.key):
     # base64 text of 32 random bytes, kept across upgrades.
     ("aibom-rollup-provenance-key", "provenance.key"): (
         '{{ include "aibom-rollup.provenanceKey" . }}'

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
@@ -35,6 +34,7 @@ from aibom_core.stamp import (
     stamp_patch,
 )
 from aibom_core.walk import Rollup
+from aibom_edge.metrics import exposition
 from webhook.admission import (
     BadReview,
     Review,
@@ -389,8 +389,7 @@ def make_app(
         return _plain(503, "not ready: " + ", ".join(missing) + detail)
 
     async def metrics_view(request: web.Request) -> web.Response:
-        data = generate_latest(metrics.registry)
-        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return exposition(metrics.registry)
 
     app = web.Application(client_max_size=max_body)
     app.router.add_post("/mutate", mutate)

@@ -204,7 +204,3 @@ class GuardedSite(web.TCPSite):
             # The handshake is part of the head: bounded by the same timeout.
             ssl_handshake_timeout=guard.header_timeout if self._ssl_context else None,
         )
-        if self._server.sockets:
-            self._bound_port = self._server.sockets[0].getsockname()[1]
-        else:
-            self._bound_port = self._port

@@ -21,13 +21,17 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
-from aibom_rollup import logs
-from aibom_rollup.cli import (
+from aibom_edge import logs
+from aibom_edge.heap import pin_malloc_thresholds
+from aibom_edge.options import (
     UsageError,
+    add_cluster_options,
     add_core_options,
+    add_log_options,
     keys_of,
     provenance_key_of,
     registry_of,
@@ -63,10 +67,6 @@ from webhook.resolver import (
 from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
 
 log = logging.getLogger("webhook")
-
-
-def configure_logging(*, level: str, fmt: str) -> None:
-    logs.configure(level=level, fmt=fmt)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -128,13 +128,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="open connections at most; a new one evicts the one waiting longest for request "
         f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
-    api = p.add_argument_group("Kubernetes API")
-    api.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, else in-cluster)",
-    )
-    api.add_argument("--context", help="kubeconfig context (default: its current context)")
+    add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
     walk.add_argument(
         "--walk-deadline",
@@ -192,38 +186,41 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "a namespace guarded (default aibom.dev/enabled=true)",
     )
     add_core_options(p)
-    logs = p.add_argument_group("logging")
-    logs.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="default info: one line per unresolved (kind, reason), debug: one per review",
+    add_log_options(
+        p.add_argument_group("logging"),
+        formats=("json", "logfmt"),
+        level_help="default info: one line per unresolved (kind, reason), debug: one per review",
     )
-    logs.add_argument(
-        "--log-format",
-        default="json",
-        choices=["json", "logfmt"],
-        help="JSON lines (default), or key=value (logfmt)",
-    )
+
+
+class Limits(BaseModel):
+    """The bounds of the webhook's numeric flags (field `walk_deadline` is `--walk-deadline`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    port: int = Field(gt=0, lt=65536)
+    walk_deadline: float = Field(gt=0, le=30)
+    owner_cache_ttl: float = Field(ge=0)
+    owner_cache_size: int = Field(ge=1)
+    cert_check_interval: float = Field(gt=0)
+    shutdown_grace: float = Field(ge=0)
+    max_depth: int = Field(ge=1, le=64)
+    header_timeout: float = Field(gt=0, le=60)
+    body_timeout: float = Field(gt=0, le=60)
+    max_connections: int = Field(ge=1)
+    sar_cache_ttl: float = Field(ge=0)
+    sar_cache_size: int = Field(ge=1)
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be 1-65535, got {args.port}")
-    if not 0 < args.walk_deadline <= 30:
-        raise UsageError(f"--walk-deadline must be in (0, 30] seconds, got {args.walk_deadline}")
-    if args.owner_cache_ttl < 0 or args.owner_cache_size < 1:
-        raise UsageError("--owner-cache-ttl must be >= 0 and --owner-cache-size >= 1")
-    if args.cert_check_interval <= 0 or args.shutdown_grace < 0:
-        raise UsageError("--cert-check-interval must be > 0 and --shutdown-grace >= 0")
-    if not 1 <= args.max_depth <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
-    if not (0 < args.header_timeout <= 60 and 0 < args.body_timeout <= 60):
-        raise UsageError("--header-timeout and --body-timeout must be in (0, 60] seconds")
-    if args.max_connections < 1:
-        raise UsageError(f"--max-connections must be >= 1, got {args.max_connections}")
-    if args.sar_cache_ttl < 0 or args.sar_cache_size < 1:
-        raise UsageError("--sar-cache-ttl must be >= 0 and --sar-cache-size >= 1")
+    """UsageError naming the first flag out of its bounds (`Limits`)."""
+    try:
+        Limits.model_validate(vars(args))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = "--" + str(error["loc"][0]).replace("_", "-")
+        why = error["msg"].replace("Input should be", "must be")
+        raise UsageError(f"{flag} {why}, got {error['input']!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -237,7 +234,9 @@ def run(args: argparse.Namespace) -> int:
             f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
         )
     opt_in = (label_key.strip(), label_value.strip() if sep else "true")
-    configure_logging(level=args.log_level, fmt=args.log_format)
+    logs.configure(level=args.log_level, fmt=args.log_format)
+    if pin_malloc_thresholds():
+        log.debug("malloc thresholds pinned: large request bodies are unmapped when freed")
     try:
         reloader = CertReloader(
             args.cert_file,
@@ -273,7 +272,7 @@ async def _main(
     opt_in: tuple[str, str],
     auth: CallerAuth | None = None,
 ) -> int:
-    from aibom_rollup.kube import Kube, KubeError
+    from aibom_edge.kube import Kube, KubeError
 
     async with contextlib.AsyncExitStack() as stack:
         try:

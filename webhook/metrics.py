@@ -1,6 +1,6 @@
 """The webhook's Prometheus collectors, on a registry of their own (one per app).
 
-Names follow ARCHITECTURE.md: `aibom_rollup_unresolved_total{kind,reason}` is
+Names follow docs/webhook.md: `aibom_rollup_unresolved_total{kind,reason}` is
 shared with the annotator; the rest are `aibom_webhook_*`. Label values are
 bounded: kinds come from the kind registry (the webhook only stamps known
 kinds), reasons and results are enums.
@@ -9,6 +9,8 @@ kinds), reasons and results are enums.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from aibom_edge.metrics import unresolved_counter
 
 # Sub-millisecond buckets: the goal for an ownerless review is p99 <= 2 ms.
 LATENCY_BUCKETS = (
@@ -54,12 +56,10 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.unresolved = Counter(
-            "aibom_rollup_unresolved_total",
+        self.unresolved = unresolved_counter(
+            r,
             "Walks that failed before reaching a tracked ancestor, by the admitted "
             "object's kind and the failure reason.",
-            ["kind", "reason"],
-            registry=r,
         )
         self.errors = Counter(
             "aibom_webhook_errors_total",
@@ -83,7 +83,7 @@ class Metrics:
         )
         self.provenance_checks = Counter(
             "aibom_webhook_provenance_checks_total",
-            "Checks of an object's own controller edge (issue 12): `allowed`, `denied` "
+            "Checks of an object's own controller edge: `allowed`, `denied` "
             "(not followed, stamped unproven), `error` (review failed or timed out: "
             "stamped unproven, reason Unchecked), `kept` (an UPDATE keeping the reference: "
             "oldObject's verdict, no review).",

@@ -1,4 +1,4 @@
-"""The webhook's half of ownership provenance (issue 12): who may set an edge.
+"""The webhook's half of ownership provenance: who may set an edge.
 
 For an object's own controller edge, the webhook asks the API server, with a
 SubjectAccessReview built from the admission request's `userInfo` (username,
@@ -128,7 +128,7 @@ def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
 
 
 class ProvenanceSource(Protocol):
-    """Everything provenance reads from the API (`aibom_rollup.kube.Kube`)."""
+    """Everything provenance reads from the API (`aibom_edge.kube.Kube`)."""
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None: ...
 
@@ -140,7 +140,7 @@ class ProvenanceSource(Protocol):
 
 
 class AccessReviewer(Protocol):
-    """Where verdicts come from (`aibom_rollup.kube.Kube` in production)."""
+    """Where verdicts come from (`aibom_edge.kube.Kube` in production)."""
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
         """The owner kind's plural resource (None: the server does not serve it)."""

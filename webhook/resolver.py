@@ -80,7 +80,7 @@ DEFAULT_CACHE_SIZE = 10_000
 
 
 class OwnerSource(Protocol):
-    """Where owners come from (`aibom_rollup.kube.Kube` in production)."""
+    """Where owners come from (`aibom_edge.kube.Kube` in production)."""
 
     async def get_owner(
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None

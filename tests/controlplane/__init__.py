@@ -71,7 +71,6 @@ import datetime as _dt
 import fcntl
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import re
@@ -94,9 +93,10 @@ from typing import IO, Any, Final, Protocol
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from certs import pki
 
 __all__ = [
     "BINARIES",
@@ -302,36 +302,34 @@ def _try_lock(lock: IO[str]) -> bool:
 def _build(key_dir: Path, progress_interval: float) -> None:
     staging = _go_build(
         MODULE_DIR,
-        BINARIES,
+        [f"./cmd/{name}" for name in BINARIES],
         ldflags=_ldflags(),
         key_dir=key_dir,
         progress_interval=progress_interval,
         what=f"{', '.join(BINARIES)} ({K8S_VERSION}, etcd {ETCD_VERSION})",
         estimate="about 5 min",
     )
-    out = subprocess.run(
-        [str(staging / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
+    _install(
+        staging, key_dir, binary="kube-apiserver", version_args=["--version"], expect=K8S_VERSION
     )
-    if K8S_VERSION not in out.stdout:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(f"built kube-apiserver reports {out.stdout.strip()!r}, not {K8S_VERSION}")
-    bin_dir = key_dir / "bin"
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    staging.rename(bin_dir)
 
 
 def _go_build(
     module_dir: Path,
-    names: Sequence[str],
+    packages: Sequence[str],
     *,
     ldflags: str,
     key_dir: Path,
     progress_interval: float,
     what: str,
     estimate: str,
+    tags: Sequence[str] = (),
+    verify: bool = True,
 ) -> Path:
-    """``go build`` ``./cmd/<name>`` of ``module_dir`` into a fresh staging folder
-    under ``key_dir`` (returned); the log goes to ``<key_dir>/build.log``."""
+    """``go build`` of ``packages`` of ``module_dir`` (with ``-tags``) into a fresh
+    staging folder under ``key_dir`` (returned); the log goes to
+    ``<key_dir>/build.log``. The control plane, the LWS controller and the
+    tools of :mod:`tests.controlplane.gotools` all build through here."""
     go = _find_go()
     staging = Path(tempfile.mkdtemp(prefix="bin.", dir=key_dir))
     log_path = key_dir / "build.log"
@@ -339,28 +337,22 @@ def _go_build(
     env["CGO_ENABLED"] = "0"
     # go.sum is committed: never let the build rewrite go.mod/go.sum.
     env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
-    cmd = [
-        go,
-        "build",
-        "-v",
-        "-trimpath",
-        "-ldflags",
-        ldflags,
-        "-o",
-        str(staging) + os.sep,
-        *[f"./cmd/{name}" for name in names],
-    ]
+    tag_args = ["-tags", ",".join(tags)] if tags else []
+    cmd = [go, "build", "-v", "-trimpath", *tag_args, "-ldflags", ldflags]
+    cmd += ["-o", str(staging) + os.sep, *packages]
     total = 0
     _log(
         f"building {what} into {key_dir};"
         f" a cold build takes {estimate} on 2 cores (log: {log_path})"
     )
     start = time.monotonic()
-    pkgs = [f"./cmd/{name}" for name in names]
     # Resolving the graph downloads the pinned modules (checked against
-    # go.sum) on a cold module cache; `go mod verify` then re-checks them all.
-    _log("resolving the package graph and verifying the pinned modules (go list, go mod verify)")
-    for pre in ([go, "list", "-deps", *pkgs], [go, "mod", "verify"]):
+    # go.sum) on a cold module cache; `go mod verify` then re-checks them all
+    # (not for the tools: their module graphs are mostly never downloaded).
+    steps = [[go, "list", "-deps", *tag_args, *packages]]
+    steps += [[go, "mod", "verify"]] if verify else []
+    _log(f"resolving the package graph ({', '.join(' '.join(p[1:3]) for p in steps)})")
+    for pre in steps:
         res = subprocess.run(
             pre, cwd=module_dir, env=env, capture_output=True, text=True, check=False
         )
@@ -433,8 +425,25 @@ def _go_build(
             f"go build failed (exit {proc.returncode}) after {elapsed:.0f} s; "
             f"last lines of {log_path}:\n{_tail(log_path)}"
         )
-    _log(f"built in {elapsed:.0f} s: {', '.join(names)}")
+    _log(f"built in {elapsed:.0f} s: {', '.join(packages)}")
     return staging
+
+
+def _install(
+    staging: Path, key_dir: Path, *, binary: str, version_args: Sequence[str], expect: str
+) -> Path:
+    """Move ``staging`` to ``<key_dir>/bin`` once ``binary version_args`` prints
+    ``expect`` (else remove it: BuildError); return the bin directory."""
+    out = subprocess.run(
+        [str(staging / binary), *version_args], capture_output=True, text=True, check=False
+    )
+    if expect not in out.stdout + out.stderr:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BuildError(f"built {binary} reports {out.stdout.strip()!r}, not {expect}")
+    bin_dir = key_dir / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    staging.rename(bin_dir)
+    return bin_dir
 
 
 def kubectl_path() -> Path:
@@ -506,7 +515,7 @@ def _build_lws(key_dir: Path, progress_interval: float) -> None:
     kubectl = ensure_binaries() / "kubectl"  # renders the release's kustomization
     staging = _go_build(
         LWS_MODULE_DIR,
-        ("lws-controller",),
+        ("./cmd/lws-controller",),
         ldflags=_lws_ldflags(),
         key_dir=key_dir,
         progress_interval=progress_interval,
@@ -572,43 +581,23 @@ def _write(path: Path, data: bytes, mode: int = 0o600) -> Path:
 
 @dataclass(frozen=True)
 class _CA:
-    key: ec.EllipticCurvePrivateKey
-    cert: x509.Certificate
+    """A test CA (``certs.pki``, the code ``aibom-rollup certs`` uses) and what it issues."""
+
+    pair: pki.KeyPair
+
+    @property
+    def key(self) -> ec.EllipticCurvePrivateKey:
+        return self.pair.key
+
+    @property
+    def cert(self) -> x509.Certificate:
+        return self.pair.cert
 
     @classmethod
     def create(cls, common_name: str) -> _CA:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        # path_length None: kube-controller-manager signs with it too.
         now = _dt.datetime.now(_dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(hours=1))
-            .not_valid_after(now + _dt.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
-            )
-            .sign(key, hashes.SHA256())
-        )
-        return cls(key, cert)
+        return cls(pki.new_ca(common_name=common_name, now=now, days=3650, path_length=None))
 
     def issue(
         self,
@@ -620,49 +609,18 @@ class _CA:
         dns_names: Sequence[str] = (),
         ip_addresses: Sequence[str] = (),
     ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
-        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        usages = []
-        if server:
-            usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
-        if client:
-            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-        now = _dt.datetime.now(_dt.UTC)
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(self.cert.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _dt.timedelta(hours=1))
-            .not_valid_after(now + _dt.timedelta(days=365))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
+        leaf = pki.issue(
+            self.pair,
+            common_name=common_name,
+            now=_dt.datetime.now(_dt.UTC),
+            days=365,
+            organizations=organizations,
+            server=server,
+            client=client,
+            dns_names=dns_names,
+            ips=ip_addresses,
         )
-        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]
-        sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return key, builder.sign(self.key, hashes.SHA256())
+        return leaf.key, leaf.cert
 
 
 @dataclass(frozen=True)
@@ -741,6 +699,30 @@ def _free_port() -> int:
 
 
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def _status_of_get(conn: http.client.HTTPConnection, path: str) -> int:
+    """The status of `GET path` on `conn` (closed afterwards)."""
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+    finally:
+        conn.close()
+    return resp.status
+
+
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference a controller writes on a child of ``owner``
+    (the demo, the benchmarks and the tests make their ownership chains with it)."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -1008,13 +990,7 @@ class LwsController:
 
     def ready(self) -> bool:
         conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=2)
-        try:
-            conn.request("GET", "/readyz")
-            resp = conn.getresponse()
-            resp.read()
-        finally:
-            conn.close()
-        return resp.status == 200
+        return _status_of_get(conn, "/readyz") == 200
 
     def workers_started(self) -> bool:
         """Its LeaderWorkerSet and Pod controllers logged ``Starting workers``."""
@@ -1075,6 +1051,43 @@ class _Ports:
         return cls(a, b, c, d)
 
 
+@dataclass(frozen=True)
+class OidcIssuer:
+    """A JWT issuer kube-apiserver trusts (`ControlPlane(oidc=...)`), e.g. a test's IdP.
+
+    Written as structured authentication (`--authentication-config`,
+    apiserver.config.k8s.io/v1): the issuer `url` (https) must equal the
+    tokens' `iss` and its discovery's `issuer`; `ca_pem` verifies its TLS;
+    `audience` is the client id; the username is `username_prefix` + the
+    `username_claim`. The harness's client certificates and ServiceAccount
+    tokens keep working beside it.
+    """
+
+    url: str
+    ca_pem: bytes
+    audience: str
+    username_claim: str = "sub"
+    username_prefix: str = "oidc:"
+
+    def authentication_config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AuthenticationConfiguration",
+            "jwt": [
+                {
+                    "issuer": {
+                        "url": self.url,
+                        "certificateAuthority": self.ca_pem.decode(),
+                        "audiences": [self.audience],
+                    },
+                    "claimMappings": {
+                        "username": {"claim": self.username_claim, "prefix": self.username_prefix}
+                    },
+                }
+            ],
+        }
+
+
 @dataclass(eq=False)  # identity semantics: hashable, kept in a WeakSet
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1.
@@ -1098,6 +1111,8 @@ class ControlPlane:
     admission_config_file: Path | None = None
     #: Also run the real LeaderWorkerSet controller (:meth:`start_lws`) once started.
     lws: bool = False
+    #: Trust this OIDC issuer's JWTs too (structured authentication), opt-in.
+    oidc: OidcIssuer | None = None
 
     server: str = field(init=False, default="")
     kubeconfig: Path = field(init=False, default=Path())
@@ -1293,6 +1308,11 @@ class ControlPlane:
                 "--v=1",
                 *self.extra_apiserver_args,
                 *(
+                    [f"--authentication-config={_write(pki / 'authn.json', authn, 0o644)}"]
+                    if (authn := self._oidc_config())
+                    else []
+                ),
+                *(
                     [f"--admission-control-config-file={self.admission_config_file}"]
                     if self.admission_config_file is not None
                     else []
@@ -1338,6 +1358,9 @@ class ControlPlane:
             self.startup_timeout,
         )
 
+    def _oidc_config(self) -> bytes:
+        return json.dumps(self.oidc.authentication_config()).encode() if self.oidc else b""
+
     def _wait(self, proc: _Process, what: str, ready: Callable[[], bool], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         last_error = ""
@@ -1380,13 +1403,7 @@ class ControlPlane:
         conn = http.client.HTTPSConnection(
             "127.0.0.1", self.ports.controller_manager, timeout=2, context=ctx
         )
-        try:
-            conn.request("GET", "/healthz")
-            resp = conn.getresponse()
-            resp.read()
-        finally:
-            conn.close()
-        if resp.status != 200:
+        if _status_of_get(conn, "/healthz") != 200:
             return False
         # Proof that the controllers run: the serviceaccount controller made this.
         return (

@@ -209,7 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     directory = state_dir()
     caller = None
     if args.webhook_client:
-        # kube-apiserver authenticates to the webhook at this host:port (issue 14).
+        # kube-apiserver authenticates to the webhook at this host:port.
         caller = webhook_caller(directory / "webhook-caller", webhook_host=args.webhook_client)
     cp = ControlPlane(
         data_dir=directory / "data",

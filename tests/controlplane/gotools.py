@@ -1,4 +1,4 @@
-"""helm and promtool, built from their Go modules like the control plane (issue 19).
+"""helm and promtool, built from their Go modules like the control plane.
 
 Each tool has its own Go module beside the control plane's (``helm/go.mod``,
 ``promtool/go.mod``, each with a ``tool`` directive and a complete, committed
@@ -17,26 +17,19 @@ From a shell: ``python -m tests.controlplane.gotools helm promtool``.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 from tests.controlplane import (
     MODULE_DIR,
     BuildError,
-    _find_go,
-    _log,
-    _tail,
-    _try_lock,
+    _build_once,
+    _go_build,
+    _install,
     cache_dir,
 )
 
@@ -112,111 +105,29 @@ def ensure_tool(name: str, *, progress_interval: float = 15.0) -> Path:
     tool = TOOLS[name]
     key_dir = cache_dir() / "tools" / tool_key(tool)
     binary = key_dir / "bin" / tool.name
-    if os.access(binary, os.X_OK):
-        return binary
-    key_dir.mkdir(parents=True, exist_ok=True)
-    with open(key_dir / ".lock", "w") as lock:
-        if not _try_lock(lock):
-            _log(f"another process is building {key_dir.name}; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.access(binary, os.X_OK):
-            _build(tool, key_dir, progress_interval)
+
+    def build(key_dir: Path, progress_interval: float) -> None:
+        staging = _go_build(
+            tool.module_dir,
+            [tool.package],
+            ldflags=tool.ldflags,
+            key_dir=key_dir,
+            progress_interval=progress_interval,
+            what=f"{tool.name} {tool.version}",
+            estimate="minutes",
+            tags=tool.tags,
+            verify=False,
+        )
+        _install(
+            staging,
+            key_dir,
+            binary=tool.name,
+            version_args=tool.version_args,
+            expect=tool.version.lstrip("v"),
+        )
+
+    _build_once(key_dir, lambda: os.access(binary, os.X_OK), build, progress_interval)
     return binary
-
-
-def _build(tool: GoTool, key_dir: Path, progress_interval: float) -> None:
-    go = _find_go()
-    env = dict(os.environ)
-    env["CGO_ENABLED"] = "0"
-    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
-    staging = Path(tempfile.mkdtemp(prefix="bin.", dir=key_dir))
-    log_path = key_dir / "build.log"
-    start = time.monotonic()
-    tags = ["-tags", ",".join(tool.tags)] if tool.tags else []
-    res = subprocess.run(
-        [go, "list", "-deps", *tags, tool.package],
-        cwd=tool.module_dir,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if res.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(f"go list {tool.package} failed:\n{res.stderr[-4000:]}")
-    total = len(res.stdout.split())
-    cmd = [go, "build", "-v", "-trimpath", *tags, "-ldflags", tool.ldflags]
-    cmd += ["-o", str(staging) + os.sep]
-    cmd.append(tool.package)
-    _log(
-        f"building {tool.name} {tool.version} ({total} packages) into {key_dir}; "
-        f"minutes on a cold Go cache (log: {log_path})"
-    )
-    count = 0
-    last = ""
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        proc = subprocess.Popen(
-            cmd,
-            cwd=tool.module_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        assert proc.stdout is not None
-        lines: list[str] = []
-        guard = threading.Lock()
-
-        def pump(stream: IO[str]) -> None:
-            for line in stream:
-                log.write(line)
-                log.flush()
-                with guard:
-                    lines.append(line.rstrip("\n"))
-
-        reader = threading.Thread(target=pump, args=(proc.stdout,), daemon=True)
-        reader.start()
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=progress_interval)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                with guard:
-                    count += len(lines)
-                    last = lines[-1] if lines else last
-                    lines.clear()
-                _log(
-                    f"still building {tool.name}: {time.monotonic() - start:.0f} s, "
-                    f"{count}/~{total} packages; last: {last}"
-                )
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        reader.join(timeout=10)
-    if proc.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(
-            f"go build {tool.package} failed (exit {proc.returncode}); last lines of "
-            f"{log_path}:\n{_tail(log_path)}"
-        )
-    out = subprocess.run(
-        [str(staging / tool.name), *tool.version_args], capture_output=True, text=True, check=False
-    )
-    version = tool.version.lstrip("v")
-    if version not in out.stdout + out.stderr:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise BuildError(f"built {tool.name} reports {out.stdout.strip()!r}, not {tool.version}")
-    bin_dir = key_dir / "bin"
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    staging.rename(bin_dir)
-    _log(f"built {tool.name} in {time.monotonic() - start:.0f} s: {bin_dir / tool.name}")
 
 
 def main(argv: list[str]) -> int:

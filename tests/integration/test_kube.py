@@ -9,7 +9,7 @@ import pytest
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Reason
-from aibom_rollup.kube import Kube
+from aibom_edge.kube import Kube
 from tests.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration

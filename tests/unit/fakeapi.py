@@ -3,7 +3,7 @@
 Not a mock API server: it answers a fixed script (status, headers, body, or a
 watch stream that may hang), so a unit test can put a 429 with Retry-After,
 a 503, an expired continue token or a silent stream in front of the real
-`aibom_rollup.kube.Kube` and the real informer. The real API server's
+`aibom_edge.kube.Kube` and the real informer. The real API server's
 behaviour is tested in tests/integration/.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from aibom_rollup.kube import Credentials, Kube
+from aibom_edge.kube import Credentials, Kube
 
 
 @dataclass

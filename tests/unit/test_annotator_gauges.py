@@ -109,3 +109,4 @@ async def test_current_state_gauges_are_scraped() -> None:
     assert samples(text, "aibom_annotator_rolled_up_objects") == {}
     assert "aibom_annotator_api_throttled_retries_total" in text
     assert "aibom_annotator_credential_refreshes_total 0.0" in text
+    assert "aibom_annotator_credential_refresh_failures_total 0.0" in text

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aibom_core.kinds import GroupKind
-from aibom_rollup.kube import ApiResource, KubeError, KubeResponse, WatchExpired
+from aibom_edge.kube import ApiResource, KubeError, KubeResponse, WatchExpired
 from annotator.informer import Informer, InformerState
 
 GK = GroupKind("apps", "Deployment")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aibom_core.kinds import GroupKind
-from aibom_rollup.kube import ApiResource, KubeResponse
+from aibom_edge.kube import ApiResource, KubeResponse
 from annotator.informer import Informer
 from tests.unit.fakeapi import Reply, ScriptedApi
 from tests.unit.test_annotator_informer import Script, Sink, drive, obj
@@ -134,7 +134,7 @@ async def test_an_expired_continue_token_forgets_what_the_aborted_pass_saw() -> 
 
 
 def _gone() -> Exception:
-    from aibom_rollup.kube import WatchExpired
+    from aibom_edge.kube import WatchExpired
 
     return WatchExpired("410")
 

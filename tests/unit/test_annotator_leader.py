@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aibom_core.kinds import default_registry
-from aibom_rollup.kube import KubeResponse
+from aibom_edge.kube import KubeResponse
 from annotator.controller import Controller, Settings
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from aibom_rollup.cli import UsageError, build_parser
+from aibom_edge.options import UsageError
+from aibom_rollup.cli import build_parser
 from annotator.main import configure_parser, settings_of
 
 

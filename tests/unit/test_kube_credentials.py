@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from aibom_rollup.kube import Kube, _load_credentials
+from aibom_edge import kube as kube_module
+from aibom_edge.kube import Kube, KubeError, _load_credentials
+from tests.integration.oidc import FakeIdP, claims_of
 
 
 def kubeconfig(tmp_path: Path, cluster: dict[str, object], user: dict[str, object]) -> Path:
@@ -112,3 +117,123 @@ async def test_proxy_environment_applies_only_without_proxy_url(
     async with Kube(creds) as kube:
         assert kube._session is not None and kube._session.trust_env
         assert "proxy" not in kube._conn_opts
+
+
+# -- OIDC (issue 13): the `oidc` auth-provider against a real HTTPS identity provider --
+
+
+class _Clock:
+    """`time` for aibom_rollup.kube, moved forward by the test (the IdP keeps real time)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(kube_module, "time", c)
+    return c
+
+
+@pytest.fixture
+def idp(tmp_path: Path) -> Iterator[FakeIdP]:
+    with FakeIdP(tmp_path / "idp", lifetime=60) as server:
+        yield server
+
+
+def oidc_kubeconfig(
+    tmp_path: Path, idp: FakeIdP, id_token: str, refresh_token: str, *, ca_data: bool = False
+) -> Path:
+    return kubeconfig(
+        tmp_path,
+        {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True},
+        idp.kubeconfig_user(id_token, refresh_token, ca_data=ca_data),
+    )
+
+
+def test_an_oidc_id_token_is_refreshed_ahead_of_its_expiry(
+    tmp_path: Path, idp: FakeIdP, clock: _Clock
+) -> None:
+    expired, refresh = idp.grant(lifetime=-30)
+    path = oidc_kubeconfig(tmp_path, idp, expired, refresh, ca_data=True)
+    creds = _load_credentials(str(path), None)
+    # Expired in the kubeconfig: the library refreshed it at load (its inline CA honoured).
+    assert [g.ok for g in idp.grants()] == [True] and creds.token != expired
+    tokens = creds.tokens
+    assert tokens is not None and tokens.token == creds.token
+    assert claims_of(creds.token or "")["exp"] > time.time()
+    assert not tokens.due()  # 60 s left: not yet
+    clock.ahead = 29.0
+    assert not tokens.due()
+    # Half its lifetime left (the library's 5-minute skew is longer than the
+    # token): due, with no I/O to tell, and fetching asks the IdP for a new one.
+    clock.ahead = 31.0
+    assert tokens.due()
+    new = tokens.fetch()
+    grants = idp.grants()
+    assert len(grants) == 2 and new not in (None, creds.token) and tokens.token == new
+    # Asked while the old id-token still had (real) time left: not after a 401.
+    assert grants[1].replaced_had_left is not None and grants[1].replaced_had_left > 50
+    assert not tokens.due()
+
+
+async def test_a_refused_oidc_refresh_is_counted_logged_and_retried_with_backoff(
+    tmp_path: Path, idp: FakeIdP, clock: _Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
+    tokens = creds.tokens
+    assert tokens is not None and creds.token is not None and len(idp.grants()) == 1
+    idp.revoke_all()
+    clock.ahead = 31.0
+    kube = Kube(creds)
+    with caplog.at_level(logging.WARNING, logger="aibom_edge.kube"):
+        await kube._fresh_token()
+    assert kube.token_refresh_failures == 1 and kube._token == creds.token  # the old one kept
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("could not refresh")]
+    assert "InvalidGrantError" in record.__dict__["error"]
+    assert "invalid_grant" in record.__dict__["error"]
+    assert record.__dict__["failures"] == 1 and record.__dict__["retry_in_s"] == 1.0
+    # Backing off: not due, not even after a 401 (no refresh storm against the IdP).
+    assert not tokens.due() and not tokens.due(force=True)
+    await kube._fresh_token(force=True)
+    assert len(idp.grants()) == 2
+    clock.ahead += 1.1
+    await kube._fresh_token(force=True)
+    assert kube.token_refresh_failures == 2 and tokens.retry_in() > 1.5  # 2 s next
+    # The provider accepts again: the next attempt succeeds and the backoff resets.
+    idp.accept_again()
+    clock.ahead += 2.1
+    await kube._fresh_token()
+    assert [g.ok for g in idp.grants()] == [True, False, False, True]
+    assert kube.token_refreshes == 1 and kube._token not in (None, creds.token)
+    assert tokens.failures == 0 and tokens.retry_in() == 0.0
+
+
+def test_an_oidc_refresh_the_library_gives_up_silently_is_a_failure(
+    tmp_path: Path, idp: FakeIdP, clock: _Clock
+) -> None:
+    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
+    tokens = creds.tokens
+    assert tokens is not None
+    # The library returns without a word when discovery fails, keeping the old id-token.
+    idp.discovery_status = 503
+    clock.ahead = 61.0  # past the (60 s) token's expiry, on our clock
+    with pytest.raises(KubeError, match="the OIDC provider gave no new id-token"):
+        tokens.fetch()
+    assert tokens.failures == 1 and not tokens.due(force=True)
+
+
+def test_a_refused_oidc_refresh_at_start_is_a_clear_error(tmp_path: Path, idp: FakeIdP) -> None:
+    expired, refresh = idp.grant(lifetime=-30)
+    idp.revoke_all()
+    with pytest.raises(KubeError) as err:
+        _load_credentials(str(oidc_kubeconfig(tmp_path, idp, expired, refresh)), None)
+    assert "cannot get Kubernetes credentials: InvalidGrantError" in str(err.value)
+    assert "refresh token revoked" in str(err.value)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from aibom_rollup.logs import formatter
+from aibom_edge.logs import formatter
 
 
 def _record() -> logging.LogRecord:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from aibom_rollup.logs import formatter
+from aibom_edge.logs import formatter
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, admission_app, body, review
 
@@ -138,7 +138,7 @@ def test_json_fields_round_trip(records: list[logging.LogRecord]) -> None:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_logfmt_value_quotes_exactly_when_needed(value: str) -> None:
-    from aibom_rollup.logs import logfmt_value, quote
+    from aibom_edge.logs import logfmt_value, quote
 
     out = logfmt_value(value)
     assert out.startswith('"') and json.loads(out) == value

@@ -21,7 +21,6 @@ from aibom_core.provenance import (
     ProofTrust,
     ProvenanceKeyError,
     edge_proof,
-    new_key_text,
     parse_key,
     proof_for,
     verify,
@@ -29,6 +28,7 @@ from aibom_core.provenance import (
 from aibom_core.rollup import inventory, root_entry
 from aibom_core.stamp import Keys, stamp_of
 from aibom_core.walk import Reason, Rollup
+from certs.pki import new_key_text
 from tests.unit.kobj import Obj, mk
 
 REG = default_registry()

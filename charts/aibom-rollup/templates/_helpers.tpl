@@ -59,7 +59,7 @@ once per render and shared by the Secret and the caBundle (memoized in
 {{- end }}
 
 {{/*
-The edge-proof key of issue 12 (base64 text of 32 random bytes, as
+The edge-proof key (docs/provenance-guard.md) (base64 text of 32 random bytes, as
 `aibom-rollup certs` writes tls/provenance.key), base64-encoded for a Secret's
 data: .Values.provenanceKey, else the Secret in the cluster, else new.
 Rotating it invalidates every proof, so an upgrade keeps the cluster's.

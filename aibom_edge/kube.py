@@ -17,6 +17,7 @@ restart and an unserved kind costs no request storm.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -36,7 +37,7 @@ from aibom_core.kinds import GroupKind
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Fetched, Reason
 
-log = logging.getLogger("aibom_rollup.kube")
+log = logging.getLogger("aibom_edge.kube")
 
 USER_AGENT = "aibom-rollup"
 # Lines of a watch stream are whole objects (up to the API server's ~3 MiB
@@ -123,6 +124,12 @@ class ApiResource:
         return base
 
 
+# The library refreshes a token 5 minutes before its expiry (EXPIRY_SKEW_PREVENTION_DELAY).
+LIBRARY_SKEW = 300.0
+# After a failed refresh, the next attempt (even after a 401) waits 1, 2, 4 ... s, capped.
+REFRESH_RETRY_CAP = 30.0
+
+
 class TokenSource:
     """The bearer token, as the `kubernetes` library's config loaders keep it fresh.
 
@@ -132,38 +139,102 @@ class TokenSource:
     projected token (re-read every minute). Its refresh is synchronous (an exec
     plugin is a subprocess, OIDC an HTTP call), so `Kube` runs `fetch` in a
     thread, one at a time, never on the event loop; `due()` (no I/O) says when.
+
+    OIDC: the library keeps no expiry for the `oidc` auth-provider and its
+    refresh hook never fires for it (it refreshes only inside
+    `load_and_set`), so the expiry is the id-token's own `exp` claim, and
+    `fetch` calls the loader when the token is within min(5 min, half its
+    lifetime) of it. A refresh that raises, or leaves an expired id-token,
+    is a failure: counted in `failures`, retried with backoff.
     """
 
-    def __init__(self, configuration: Any, loader: Any, *, check_every: float = 60.0) -> None:
+    def __init__(
+        self,
+        configuration: Any,
+        loader: Any,
+        *,
+        check_every: float = 60.0,
+        oidc: bool = False,
+        token: str | None = None,
+    ) -> None:
         self._cfg = configuration
         self._loader = loader
         self._check_every = check_every
+        self._oidc = oidc
         self._checked = time.monotonic()
+        self._retry_at = 0.0
+        self.failures = 0  # consecutive failed refreshes
+        self.token = token  # the loaded one (reading it again could run a plugin)
 
-    def due(self) -> bool:
-        """Time to ask the library again: a minute passed, or the known expiry is near."""
-        now = time.monotonic()
-        if now - self._checked >= self._check_every:
-            return True
+    def refresh_in(self) -> float | None:
+        """Seconds until the token should be refreshed (<= 0: now); None if no expiry is known."""
+        if self._oidc:
+            claims = _jwt_claims(self.token)
+            exp, iat = claims.get("exp"), claims.get("iat")
+            if not isinstance(exp, int | float):
+                return None
+            lifetime = exp - iat if isinstance(iat, int | float) and iat < exp else LIBRARY_SKEW * 2
+            return float(exp) - time.time() - min(LIBRARY_SKEW, lifetime / 2)
         expiry = getattr(self._loader, "expiry", None) if self._loader is not None else None
         if expiry is None:
-            return False
+            return None
         import datetime as _dt
 
-        # The library refreshes 5 minutes before expiry (EXPIRY_SKEW_PREVENTION_DELAY).
         try:
-            left = (expiry - _dt.datetime.now(tz=_dt.UTC)).total_seconds() - 300
+            return float((expiry - _dt.datetime.now(tz=_dt.UTC)).total_seconds()) - LIBRARY_SKEW
         except TypeError:  # not an aware datetime: let the library judge, each second
-            left = 0.0
-        return left <= 0 and now - self._checked >= 1.0
+            return 0.0
+
+    def due(self, *, force: bool = False) -> bool:
+        """Time to ask the library again: forced (a 401), a minute passed, or the expiry is
+        near; never while backing off after a failed refresh."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        if force or now - self._checked >= self._check_every:
+            return True
+        left = self.refresh_in()
+        return left is not None and left <= 0 and now - self._checked >= 1.0
 
     def fetch(self, *, force: bool = False) -> str | None:
         """The current token (sync: call it in a thread). `force`: re-run the plugin / re-read
         the file now (after a 401), whatever the expiry says."""
         self._checked = time.monotonic()
-        if force and self._loader is not None:
-            self._loader.load_and_set(self._cfg)
-        return _bearer(self._cfg)
+        try:
+            left = self.refresh_in()
+            if self._loader is not None and (force or (self._oidc and (left or 0.0) <= 0)):
+                self._loader.load_and_set(self._cfg)
+            token = _bearer(self._cfg)
+            exp = _jwt_claims(token).get("exp") if self._oidc else None
+            if isinstance(exp, int | float) and exp <= time.time():
+                raise KubeError(
+                    "the OIDC provider gave no new id-token "
+                    f"(the current one expired {time.time() - exp:.0f} s ago)"
+                )
+        except Exception:
+            self.failures += 1
+            self._retry_at = time.monotonic() + min(REFRESH_RETRY_CAP, 2.0 ** (self.failures - 1))
+            raise
+        self.failures = 0
+        self._retry_at = 0.0
+        self.token = token
+        return token
+
+    def retry_in(self) -> float:
+        """Seconds until the next attempt after a failure (0: not backing off)."""
+        return max(0.0, self._retry_at - time.monotonic())
+
+
+def _jwt_claims(token: str | None) -> dict[str, Any]:
+    """A JWT's payload, unverified ({} if the token is not a JWT): only to read its `exp`."""
+    parts = (token or "").split(".")
+    if len(parts) != 3:
+        return {}
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return {}
+    return claims if isinstance(claims, dict) else {}
 
 
 def _bearer(cfg: Any) -> str | None:
@@ -217,12 +288,17 @@ def _load_credentials(kubeconfig: str | None, context: str | None) -> Credential
         raise KubeError(f"cannot load Kubernetes configuration: {exc}") from None
     except OSError as exc:
         raise KubeError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # a refresh at load: an OIDC provider's refusal, an HTTP error
+        raise KubeError(
+            f"cannot get Kubernetes credentials: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
+    token = _bearer(cfg)
     return Credentials(
         server=str(cfg.host).rstrip("/"),
         ca_file=cfg.ssl_ca_cert,
         cert_file=cfg.cert_file,
         key_file=cfg.key_file,
-        token=_bearer(cfg),
+        token=token,
         token_file=token_file,
         verify=bool(cfg.verify_ssl),
         tls_server_name=getattr(cfg, "tls_server_name", None) or None,
@@ -230,8 +306,17 @@ def _load_credentials(kubeconfig: str | None, context: str | None) -> Credential
         # HTTPS_PROXY into cfg.proxy, ignoring NO_PROXY: the environment is
         # left to aiohttp's trust_env, which honours NO_PROXY).
         proxy=str(loader.__dict__.get("proxy") or "") or None,
-        tokens=TokenSource(cfg, loader),
+        tokens=TokenSource(cfg, loader, oidc=_auth_provider(loader) == "oidc", token=token),
     )
+
+
+def _auth_provider(loader: Any) -> str | None:
+    """The kubeconfig user's `auth-provider` name (`oidc`), None without one."""
+    user = getattr(loader, "_user", None)
+    try:
+        return str(user["auth-provider"]["name"]) if user and "auth-provider" in user else None
+    except Exception:  # the library's ConfigException for a malformed entry
+        return None
 
 
 def _ssl_context(creds: Credentials) -> ssl.SSLContext | bool:
@@ -406,6 +491,7 @@ class Kube:
         self._token = creds.token
         self._token_lock = asyncio.Lock()
         self.token_refreshes = 0
+        self.token_refresh_failures = 0
         self.discovery = Discovery(self, rediscover_after=rediscover_after)
         self.requests: Counter[str] = Counter()  # verb -> count, for metrics and benchmarks
 
@@ -462,16 +548,23 @@ class Kube:
     async def _fresh_token(self, *, force: bool = False) -> None:
         """Refresh the token through the library when due (or forced), off the event loop."""
         tokens = self.creds.tokens
-        if tokens is None or not (force or tokens.due()):
+        if tokens is None or not tokens.due(force=force):
             return
+        seen = self._token
         async with self._token_lock:
-            if not force and not tokens.due():
-                return  # another task refreshed it meanwhile
+            if self._token != seen or not tokens.due(force=force):
+                return  # another task refreshed it meanwhile (or failed: backing off)
             try:
                 token = await asyncio.to_thread(tokens.fetch, force=force)
             except Exception as exc:  # the library raises many kinds; keep the old token
+                self.token_refresh_failures += 1
                 log.warning(
-                    "could not refresh the API credentials", extra={"error": str(exc)[:300]}
+                    "could not refresh the API credentials",
+                    extra={
+                        "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                        "failures": tokens.failures,
+                        "retry_in_s": round(tokens.retry_in(), 1),
+                    },
                 )
                 return
             if token and token != self._token:
@@ -609,7 +702,7 @@ class Kube:
         # 429 / 5xx: the API did not give an answer in time.
         return Fetched(failure=Reason.TIMEOUT)
 
-    # -- provenance (issue 12): what the webhook's edge check reads -----------
+    # -- provenance: what the webhook's edge check reads -----------
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
         """The plural resource of the owner's kind (None: not served)."""

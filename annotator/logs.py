@@ -1,5 +1,0 @@
-"""Structured log lines: the shared `aibom_rollup.logs` (one format for both processes)."""
-
-from aibom_rollup.logs import JsonFormatter, TextFormatter, configure
-
-__all__ = ["JsonFormatter", "TextFormatter", "configure"]
