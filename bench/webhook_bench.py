@@ -73,15 +73,10 @@ from aibom_core.stamp import Keys  # noqa: E402
 from aibom_edge.options import load_provenance_key  # noqa: E402
 from certs.pki import new_key_text  # noqa: E402
 from tests.controlplane import ControlPlane, owner_reference  # noqa: E402
-from tests.integration.test_webhook import (  # noqa: E402
-    Webhook,
-    apply,
-    dcd,
-    deployment,
-    dgd,
-    grant,
-    shipped_role,
-)
+from tests.integration.support import Webhook, deployment, shipped_role  # noqa: E402
+from tests.integration.support import grant_webhook as grant  # noqa: E402
+from tests.integration.support import kubectl_apply as apply  # noqa: E402
+from tests.integration.test_webhook import dcd, dgd  # noqa: E402
 
 JSON = {"Content-Type": "application/json"}
 

@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO))
 from webhook_process import start_webhook  # noqa: E402
 
 from tests.controlplane import ControlPlane  # noqa: E402
-from tests.integration.test_webhook import Webhook, grant, shipped_role  # noqa: E402
+from tests.integration.support import Webhook, shipped_role  # noqa: E402
+from tests.integration.support import grant_webhook as grant  # noqa: E402
 from tests.unit.review_fuzz import bodies, check_answer  # noqa: E402
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.controlplane import child_env  # noqa: E402
-from tests.integration.test_webhook import Webhook  # noqa: E402
+from tests.integration.support import Webhook  # noqa: E402
 
 
 def start_webhook(

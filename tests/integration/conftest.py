@@ -24,6 +24,22 @@ per pytest session):
   (its webhook configurations deleted) so that other modules can play LWS
   children by hand. Its build is cached like the control plane's.
 
+For the annotator's tests (a module that needs other ones defines its own
+fixture of the same name, which pytest prefers):
+
+- ``annotator_identity`` (module): a kubeconfig for the user ``aibom-annotator``
+  bound to the shipped ClusterRole.
+- ``ns`` (function): ``namespace``, opted in for the annotator (its
+  ``LABEL_KEY`` label) and with the Lease ``aibom-test`` granted.
+- ``start`` (function): ``start(*args, kubeconfig=, ident=, wait=True)`` starts
+  an :class:`tests.integration.support.Annotator` for ``ns`` (references taken
+  as written) and, by default, waits until it is ready and leading; every one
+  is stopped (SIGTERM, exit 0) after the test.
+- ``annotator`` (function): ``start()``.
+
+Helpers (waiting, objects, the webhook and annotator processes) are in
+``tests/integration/support.py``.
+
 Mark such tests ``@pytest.mark.integration``. The binaries are built, if not
 cached, once the tests are collected, before the first test starts (a cold
 build takes about 5 minutes on 2 cores and must not count against a test's
@@ -37,9 +53,8 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -51,6 +66,13 @@ from tests.controlplane import (
     LwsController,
     ensure_binaries,
     ensure_lws,
+)
+from tests.integration.support import (
+    LABEL_KEY,
+    Annotator,
+    grant_annotator,
+    grant_lease,
+    new_namespace,
 )
 
 _BUILD_ERROR: list[BaseException] = []
@@ -130,21 +152,7 @@ def kubectl(control_plane: ControlPlane) -> Kubectl:
 @pytest.fixture
 def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{base or 'test'}-{uuid.uuid4().hex[:6]}"
-    resp = control_plane.request(
-        "POST",
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-    )
-    assert resp.status == 201, resp.body
-    # Pods are refused until the serviceaccount controller made "default".
-    deadline = time.monotonic() + 30
-    while (
-        control_plane.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status
-        != 200
-    ):
-        assert time.monotonic() < deadline, f"no default ServiceAccount in {name} after 30 s"
-        time.sleep(0.1)
+    name = new_namespace(control_plane, base or "test")
     yield name
     control_plane.request("DELETE", f"/api/v1/namespaces/{name}")
 
@@ -161,3 +169,46 @@ def lws_controller(control_plane: ControlPlane) -> Iterator[LwsController]:
         yield lws
     finally:
         control_plane.stop_lws()
+
+
+@pytest.fixture(scope="module")
+def annotator_identity(control_plane: ControlPlane, kubectl: Kubectl) -> Path:
+    return grant_annotator(control_plane, kubectl, "aibom-annotator")
+
+
+@pytest.fixture
+def ns(kubectl: Kubectl, namespace: str) -> str:
+    kubectl("label", "namespace", namespace, f"{LABEL_KEY}={namespace}", "--overwrite")
+    grant_lease(kubectl, namespace, "aibom-annotator", "aibom-test")
+    return namespace
+
+
+@pytest.fixture
+def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Callable[..., Annotator]]:
+    """Start annotators for this test's namespace; all are stopped (SIGTERM) after it."""
+    started: list[Annotator] = []
+
+    def make(
+        *args: str, kubeconfig: Path | None = None, ident: str = "annotator-a", wait: bool = True
+    ) -> Annotator:
+        # These tests are about everything but provenance (tests/integration/
+        # test_provenance.py): objects made by the admin are taken as written.
+        args = ("--trust-owner-references", *args)
+        a = Annotator(
+            kubeconfig or annotator_identity, tmp_path, ns, identity=ident, args=args
+        ).start()
+        started.append(a)
+        if wait:
+            a.wait_ready().wait_leading()
+        return a
+
+    yield make
+    for a in started:
+        if a.alive():
+            code = a.stop()
+            assert code == 0, f"annotator {a.identity} exited {code}:\n{a.tail()}"
+
+
+@pytest.fixture
+def annotator(start: Callable[..., Annotator]) -> Annotator:
+    return start()

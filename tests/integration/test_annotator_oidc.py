@@ -23,7 +23,7 @@ import pytest
 
 from tests.controlplane import ControlPlane, bind_rules
 from tests.integration.oidc import FakeIdP, Refresh
-from tests.integration.test_annotator import (
+from tests.integration.support import (
     LABEL_KEY,
     apply,
     dcd,

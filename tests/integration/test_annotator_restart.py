@@ -15,8 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.controlplane import ControlPlane, Kubectl
-from tests.integration import test_annotator as base
-from tests.integration.test_annotator import (
+from tests.integration.support import (
     Annotator,
     apply,
     dcd,
@@ -30,11 +29,8 @@ from tests.integration.test_annotator import (
 
 pytestmark = pytest.mark.integration
 
-# The fixtures of test_annotator.py: an opted-in namespace with a Lease grant, the
-# shipped ClusterRole's identity, and annotators started for the namespace.
-identity = base.identity
-ns = base.ns
-start = base.start
+# The fixtures `ns` and `start` (conftest.py): an opted-in namespace with a Lease
+# grant, and annotators started for it as the shipped ClusterRole's identity.
 
 IMAGE = "registry.example/dynamo/worker:1"
 ROOTS = 6

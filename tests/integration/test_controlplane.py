@@ -25,22 +25,11 @@ import pytest
 import yaml
 
 from tests.controlplane import K8S_VERSION, ControlPlane, Kubectl, shared_dir
+from tests.integration.support import crd, wait_for
 
 pytestmark = pytest.mark.integration
 
 Obj = dict[str, Any]
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def get_json(cp: ControlPlane, path: str) -> Any:
@@ -372,31 +361,9 @@ def test_install_crd_later_and_delete(control_plane: ControlPlane, tmp_path: Pat
     """What the annotator tests do: add a kind while running, then remove it."""
     cp = control_plane
     group = f"t{uuid.uuid4().hex[:8]}.aibom-test.example.com"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"widgets.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    widgets = crd(group, "Widget", "widgets")
     path = tmp_path / "widgets.yaml"
-    path.write_text(yaml.safe_dump(crd))
+    path.write_text(yaml.safe_dump(widgets))
     assert cp.install_crd(path) == [f"widgets.{group}"]
     assert cp.crd_established(f"widgets.{group}")
     base = f"/apis/{group}/v1/namespaces/default/widgets"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -20,15 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.controlplane import REPO_ROOT, child_env, kubectl_path
+from tests.integration.support import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_make_demo(tmp_path: Path) -> None:
@@ -36,9 +29,9 @@ def test_make_demo(tmp_path: Path) -> None:
     env.update(
         AIBOM_UP_DIR=str(tmp_path / "up"),
         AIBOM_DEMO_DIR=str(tmp_path / "demo"),
-        AIBOM_DEMO_WEBHOOK_PORT=str(_free_port()),
-        AIBOM_DEMO_METRICS_PORT=str(_free_port()),
-        AIBOM_DEMO_HEALTH_PORT=str(_free_port()),
+        AIBOM_DEMO_WEBHOOK_PORT=str(free_port()),
+        AIBOM_DEMO_METRICS_PORT=str(free_port()),
+        AIBOM_DEMO_HEALTH_PORT=str(free_port()),
     )
     demo = [sys.executable, str(REPO_ROOT / "demo" / "run.py")]
     try:

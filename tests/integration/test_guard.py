@@ -21,7 +21,6 @@ import json
 import ssl
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +39,8 @@ from tests.controlplane import (
     bind_rules,
     child_env,
 )
+from tests.integration import support
+from tests.integration.support import crd, cronjob, token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +51,8 @@ IMAGE = "registry.example/app:1"
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
+    """`support.wait_for`, with a longer default bound (policy informers are slow)."""
+    return support.wait_for(what, probe, timeout)
 
 
 # -- objects -------------------------------------------------------------------------------
@@ -89,38 +84,17 @@ def pod(ns: str, name: str, *refs: Obj, **annotations: str) -> Obj:
 
 
 def template(labels: dict[str, str]) -> Obj:
-    return {
-        "metadata": {"labels": labels},
-        "spec": {"containers": [{"name": "main", "image": IMAGE}]},
-    }
+    return support.template(labels, IMAGE)
 
 
 def deployment(ns: str, name: str, replicas: int = 0) -> Obj:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": template(labels),
-        },
-    }
+    return support.deployment(ns, name, replicas=replicas, image=IMAGE)
 
 
 def replicaset(ns: str, name: str, app: str, replicas: int) -> Obj:
-    labels = {"app": app}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": template(labels),
-        },
-    }
+    return support.workload(
+        "ReplicaSet", ns, name, replicas=replicas, template=template({"app": app})
+    )
 
 
 def dgd(ns: str, name: str) -> Obj:
@@ -158,25 +132,6 @@ def grove(kind: str, ns: str, name: str, owner: Obj) -> Obj:
 
 
 # -- identities ----------------------------------------------------------------------------
-
-
-def _kubeconfig(cp: ControlPlane, path: Path, user: str, token: str) -> Path:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "aibom",
-                "cluster": {"server": cp.server, "certificate-authority": str(cp.ca_file)},
-            }
-        ],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "aibom", "context": {"cluster": "aibom", "user": user}}],
-        "current-context": "aibom",
-    }
-    path.write_text(json.dumps(doc))
-    path.chmod(0o600)
-    return path
 
 
 class ServiceAccount:
@@ -238,7 +193,9 @@ class ServiceAccount:
         )
         assert resp.status == 201, resp.body
         token = self.token = resp.json()["status"]["token"]
-        self.kubeconfig = _kubeconfig(cp, workdir / f"{ns}-{name}.kubeconfig", self.username, token)
+        self.kubeconfig = token_kubeconfig(
+            cp, workdir / f"{ns}-{name}.kubeconfig", self.username, token
+        )
         # RBAC is read from an informer: wait until the role is in effect for this token.
         first = rules[0]
         verb, group = first["verbs"][0], first["apiGroups"][0]
@@ -581,25 +538,7 @@ def test_kubectl_create_job_from_cronjob_needs_the_cronjobs_finalizers(
     ns = guarded
     cron = apply(
         kubectl,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": "nightly", "namespace": ns},
-            "spec": {
-                "schedule": "0 0 1 1 *",
-                "suspend": True,
-                "jobTemplate": {
-                    "spec": {
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [{"name": "main", "image": IMAGE}],
-                            }
-                        }
-                    }
-                },
-            },
-        },
+        cronjob(ns, "nightly", IMAGE, suspend=True),
     )
     rules = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create"]},
@@ -661,38 +600,13 @@ def test_kube_controller_manager_works_under_the_guard(kubectl: Kubectl, guarded
     dep = apply(kubectl, deployment(ns, "web", replicas=2))
     sts = apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "template": template({"app": "db"}),
-            },
-        },
+        support.workload(
+            "StatefulSet", ns, "db", replicas=1, template=template({"app": "db"}), serviceName="db"
+        ),
     )
     cron = apply(
         kubectl,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": "nightly", "namespace": ns},
-            "spec": {
-                "schedule": "* * * * *",
-                "jobTemplate": {
-                    "spec": {
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [{"name": "main", "image": IMAGE}],
-                            }
-                        }
-                    }
-                },
-            },
-        },
+        cronjob(ns, "nightly", IMAGE, schedule="* * * * *"),
     )
 
     def pods_of(owner: Obj) -> list[Obj]:
@@ -885,35 +799,8 @@ def test_uncovered_pod_policy_refuses_uncovered_and_unproven(
 # -- custom kinds: the regeneration command -------------------------------------------------
 
 
-GIZMO_CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gizmoes.aibom-guard.example.com"},
-    "spec": {
-        "group": "aibom-guard.example.com",
-        "scope": "Namespaced",
-        # An irregular plural: the guess (`gizmos`) would ask about the wrong resource.
-        "names": {
-            "kind": "Gizmo",
-            "plural": "gizmoes",
-            "singular": "gizmo",
-            "listKind": "GizmoList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+# An irregular plural: the guess (`gizmos`) would ask about the wrong resource.
+GIZMO_CRD = crd("aibom-guard.example.com", "Gizmo", "gizmoes")
 
 
 def test_regenerated_policy_guards_a_configured_kind(

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl
-from tests.integration.test_annotator import (  # noqa: F401 -- fixtures, used by name
+from tests.integration.support import (
     LABEL_KEY,
     Annotator,
     Obj,
@@ -26,14 +26,13 @@ from tests.integration.test_annotator import (  # noqa: F401 -- fixtures, used b
     docs,
     document,
     get,
-    identity,
     meta,
-    ns,
     owned,
     owner_ref,
-    start,
+    running_webhook,
     wait_doc,
     wait_for,
+    wait_registered,
 )
 
 pytestmark = pytest.mark.integration
@@ -94,35 +93,22 @@ def stamp(cp: ControlPlane, path: str) -> dict[str, str]:
 def test_inference_service_is_a_root_with_its_raw_deployment_rolled_up(
     control_plane: ControlPlane,
     kubectl: Kubectl,
-    ns: str,  # noqa: F811 -- the annotator tests' fixture
-    start: Callable[..., Annotator],  # noqa: F811
+    ns: str,
+    start: Callable[..., Annotator],
     tmp_path: Path,
 ) -> None:
-    from tests.integration.test_webhook import Webhook, shipped_role
-    from tests.integration.test_webhook import grant as grant_webhook
-
     assert control_plane.install_crd(CRD) == ["inferenceservices.serving.kserve.io"]
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path,
+        user="aibom-webhook-kserve",
         name="aibom-rollup-kserve-test",
-        kubeconfig=grant_webhook(control_plane, kubectl, "aibom-webhook-kserve", shipped_role()),
         selector={LABEL_KEY: ns},
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ):
         probe = isvc(ns)
         probe["metadata"]["name"] = "probe"
-
-        def webhook_on() -> bool:
-            out = kubectl(
-                "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)
-            )
-            ann = json.loads(out.stdout)["metadata"].get("annotations") or {}
-            return ann.get("aibom.dev/rollup") == "root"
-
-        wait_for("the webhook to stamp InferenceServices", webhook_on)
+        wait_registered(kubectl, ns, probe, "root")
         a = start()
         root = apply(kubectl, isvc(ns))
         name = root["metadata"]["name"]
@@ -223,6 +209,3 @@ def test_inference_service_is_a_root_with_its_raw_deployment_rolled_up(
             lambda: stamp(control_plane, isvc_path).get("aibom.dev/root-uid") == root_uid,
         )
         assert stamp(control_plane, isvc_path)["aibom.dev/rollup"] == "root"
-    finally:
-        hook.unregister(kubectl)
-        hook.stop()

@@ -132,8 +132,10 @@ async def test_watch_streams_events(control_plane: ControlPlane, namespace: str)
                 return event
             raise AssertionError("watch ended without an event")
 
+        # No wait for the watch to connect: it starts at `rv`, so the POST below
+        # is delivered whenever it connects (a watch that dropped the
+        # resourceVersion would miss it).
         task = asyncio.create_task(first_event())
-        await asyncio.sleep(0.3)
         body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "watched"}}
         resp = await kube.request("POST", path, json=body)
         assert resp.status == 201

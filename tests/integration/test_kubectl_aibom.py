@@ -24,13 +24,15 @@ import pytest
 import yaml
 
 from tests.controlplane import ControlPlane, Kubectl, child_env
-from tests.integration.test_annotator import (
+from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    deployment,
     docs,
     document,
-    grant,
+    grant_annotator,
     grant_lease,
+    new_namespace,
     set_digest,
     wait_for,
 )
@@ -77,40 +79,6 @@ class World:
         return got.stdout
 
 
-def _namespace(cp: ControlPlane, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    resp = cp.request(
-        "POST",
-        "/api/v1/namespaces",
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-    )
-    assert resp.status == 201, resp.body
-    wait_for(
-        f"default ServiceAccount in {name}",
-        lambda: (
-            cp.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status == 200
-        ),
-    )
-    return name
-
-
-def _deployment(ns: str, name: str, replicas: int) -> Obj:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "main", "image": IMAGE}]},
-            },
-        },
-    }
-
-
 def _pods(cp: ControlPlane, ns: str, app: str) -> list[Obj]:
     resp = cp.request("GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}")
     assert resp.ok
@@ -123,13 +91,13 @@ def world(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[World]:
     cp = control_plane
-    ns = _namespace(cp, "aibom-plugin")
-    plain = _namespace(cp, "aibom-plugin-plain")
+    ns = new_namespace(cp, "aibom-plugin")
+    plain = new_namespace(cp, "aibom-plugin-plain")
     kubectl("label", "namespace", ns, f"{LABEL_KEY}={ns}")
-    identity = grant(cp, kubectl, "aibom-plugin-annotator")
+    identity = grant_annotator(cp, kubectl, "aibom-plugin-annotator")
     grant_lease(kubectl, ns, "aibom-plugin-annotator", "aibom-test")
-    kubectl("apply", "-f", "-", input=json.dumps(_deployment(ns, "web", 2)))
-    kubectl("apply", "-f", "-", input=json.dumps(_deployment(plain, "web", 1)))
+    kubectl("apply", "-f", "-", input=json.dumps(deployment(ns, "web", replicas=2, image=IMAGE)))
+    kubectl("apply", "-f", "-", input=json.dumps(deployment(plain, "web", replicas=1, image=IMAGE)))
     # A bare Pod with a stamp written by hand: what a forger (or a stale copy) leaves.
     forged = {
         "apiVersion": "v1",

@@ -38,24 +38,23 @@ from tests.controlplane import (
     LwsController,
     bind_rules,
 )
-from tests.integration.test_annotator import (
+from tests.integration.support import (
     LABEL_KEY,
     Annotator,
     Recorder,
+    Webhook,
     docs,
     document,
-    grant_lease,
-    owned,
-    wait_for,
-)
-from tests.integration.test_annotator import grant as grant_annotator
-from tests.integration.test_webhook import (
-    Webhook,
     enabled_namespace,
-    shipped_role,
+    get,
+    grant_annotator,
+    grant_lease,
+    items,
+    owned,
+    running_webhook,
+    wait_for,
     wait_registered,
 )
-from tests.integration.test_webhook import grant as grant_webhook
 
 pytestmark = pytest.mark.integration
 
@@ -71,22 +70,6 @@ TIMEOUT = 120.0
 def digest_of(image: str, pod: str) -> str:
     """The digest the kubelet stand-in reports for `image` in Pod `pod`."""
     return "sha256:" + hashlib.sha256(f"lws-test/{image}/{pod}".encode()).hexdigest()
-
-
-def get(cp: ControlPlane, path: str) -> Obj | None:
-    resp = cp.request("GET", path)
-    if resp.status == 404:
-        return None
-    assert resp.ok, (path, resp.status, resp.body[:300])
-    result: Obj = resp.json()
-    return result
-
-
-def items(cp: ControlPlane, path: str) -> list[Obj]:
-    body = get(cp, path)
-    assert body is not None, path
-    result: list[Obj] = body["items"]
-    return result
 
 
 def pods(cp: ControlPlane, ns: str) -> list[Obj]:
@@ -295,21 +278,14 @@ def webhook(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Webhook]:
     """Our webhook as shipped (as test_webhook.py runs it), beside LWS's own."""
-    kubeconfig = grant_webhook(control_plane, kubectl, "aibom-webhook-lws", shipped_role())
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path_factory.mktemp("webhook"),
+        user="aibom-webhook-lws",
         name="aibom-rollup-lws-test",
-        kubeconfig=kubeconfig,
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ) as hook:
         yield hook
-    finally:
-        hook.unregister(kubectl)
-        if hook.proc is not None:
-            hook.stop()
 
 
 @pytest.fixture(scope="module")
@@ -488,7 +464,7 @@ def test_deleting_the_lws_removes_its_document_and_leaves_no_orphan(
                  and not items(control_plane, f"/apis/apps/v1/namespaces/{ns}/statefulsets"),
                  TIMEOUT, 0.5)  # fmt: skip
         wait_for("no document left", lambda: not docs(control_plane, ns), TIMEOUT, 0.5)
-        time.sleep(0.5)  # let the recorder see the last events
+        rec.sync()  # the recorder has seen every event up to now
     written = {name for kind, name, _ in rec.events if kind != "DELETED"}
     deleted = {name for kind, name, _ in rec.events if kind == "DELETED"}
     assert doc_name("gone") in deleted, rec.events

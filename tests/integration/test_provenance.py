@@ -27,29 +27,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
-from tests.integration.test_annotator import (
+from tests.integration import support
+from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    Webhook,
+    cronjob,
+    deployment,
     digest,
     docs,
     document,
+    grant_annotator,
     grant_lease,
+    kubectl_apply,
+    kubectl_get,
+    running_webhook,
     set_digest,
-)
-from tests.integration.test_annotator import grant as grant_annotator
-from tests.integration.test_webhook import (
-    Webhook,
-    apply,
-    get,
-    shipped_role,
     stamp,
+    template,
+    token_kubeconfig,
     wait_for,
     wait_registered,
+    workload,
 )
-from tests.integration.test_webhook import grant as grant_webhook
 
 pytestmark = pytest.mark.integration
 
@@ -76,54 +78,21 @@ def service_account_kubeconfig(
     )
     assert resp.status == 201, resp.body
     token = resp.json()["status"]["token"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "cp",
-                "cluster": {"server": cp.server, "certificate-authority": str(cp.ca_file)},
-            }
-        ],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": "cp", "user": name, "namespace": ns}}],
-        "current-context": name,
-    }
-    path = workdir / f"{name}.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def ref_to(obj: Obj) -> Obj:
-    """A controller ownerReference to `obj`, without blockOwnerDeletion: the API
-    server checks nothing for it (OwnerReferencesPermissionEnforcement only
-    looks at blockOwnerDeletion)."""
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-    }
+    return token_kubeconfig(cp, workdir / f"{name}.kubeconfig", name, token, namespace=ns)
 
 
 def pod(ns: str, name: str, image: str, owner: Obj | None, **annotations: str) -> Obj:
-    meta: Obj = {"name": name, "namespace": ns}
-    if owner is not None:
-        meta["ownerReferences"] = [ref_to(owner)]
+    made = support.pod(ns, name, owner, image)
     if annotations:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": [{"name": "main", "image": image}]},
-    }
+        made["metadata"]["annotations"] = annotations
+    return made
 
 
 def labels_pod(kubectl: Kubectl, ns: str, selector: str) -> Obj:
     items: list[Obj] = wait_for(
-        f"a Pod {selector}", lambda: get(kubectl, ns, "pods", "-l", selector)["items"], timeout=150
+        f"a Pod {selector}",
+        lambda: kubectl_get(kubectl, ns, "pods", "-l", selector)["items"],
+        timeout=150,
     )
     return items[0]
 
@@ -146,23 +115,16 @@ def unproven_listed(cm: Obj) -> list[str]:
 def webhook(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    kubeconfig = grant_webhook(control_plane, kubectl, "aibom-webhook-prov", shipped_role())
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path_factory.mktemp("provenance"),
+        user="aibom-webhook-prov",
         name="aibom-rollup-provenance-test",
-        kubeconfig=kubeconfig,
         selector={"aibom-provenance-test": "true"},
         args=("--owner-cache-ttl", "1"),
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ) as hook:
         yield hook
-    finally:
-        hook.unregister(kubectl)
-        if hook.proc is not None:
-            hook.stop()
 
 
 @pytest.fixture
@@ -243,7 +205,7 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
         workdir=tmp_path,
     )
     # -- legitimate objects (admin, kube-controller-manager, the operator) --
-    graph = apply(
+    graph = kubectl_apply(
         kubectl,
         {
             "apiVersion": "nvidia.com/v1alpha1",
@@ -252,72 +214,35 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
             "spec": {"services": {"worker": {"replicas": 1}}},
         },
     )
-    labels = {"app": "web"}
-    apply(
+    kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]},
-                },
-            },
-        },
+        deployment(ns, "web", image="registry.example/web:1"),
     )
-    apply(
+    kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "db", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "template": {
-                    "metadata": {"labels": {"app": "db"}},
-                    "spec": {"containers": [{"name": "main", "image": "registry.example/db:1"}]},
-                },
-            },
-        },
+        workload(
+            "StatefulSet",
+            ns,
+            "db",
+            replicas=1,
+            template=template({"app": "db"}, "registry.example/db:1"),
+            serviceName="db",
+        ),
     )
-    apply(
+    kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": "tick", "namespace": ns},
-            "spec": {
-                "schedule": "* * * * *",
-                "jobTemplate": {
-                    "spec": {
-                        "template": {
-                            "metadata": {"labels": {"app": "tick"}},
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {"name": "main", "image": "registry.example/tick:1"}
-                                ],
-                            },
-                        }
-                    }
-                },
-            },
-        },
+        cronjob(
+            ns, "tick", "registry.example/tick:1", schedule="* * * * *", labels={"app": "tick"}
+        ),
     )
-    op_pod = apply(
+    op_pod = kubectl_apply(
         kubectl,
         pod(ns, "op-worker", "registry.example/operator-worker:1", graph),
         kubeconfig=operator,
     )
     web_pod = labels_pod(kubectl, ns, "app=web")
-    rs = get(kubectl, ns, "replicasets", "-l", "app=web")["items"][0]
-    dep = get(kubectl, ns, "deployment/web")
+    rs = kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"][0]
+    dep = kubectl_get(kubectl, ns, "deployment/web")
     db_pod = labels_pod(kubectl, ns, "app=db")
     tick_pod = labels_pod(kubectl, ns, "app=tick")  # the cronjob controller's Job's Pod
 
@@ -341,11 +266,11 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
     forged_owners = {"crd": graph, "deployment": dep, "replicaset": rs, "intermediate": db_pod}
     forged = {}
     for what, owner in forged_owners.items():
-        forged[what] = apply(
+        forged[what] = kubectl_apply(
             kubectl, pod(ns, f"forged-{what}", f"evil.example/{what}:1", owner), kubeconfig=tenant
         )
     copied = dict(web_pod["metadata"]["annotations"])
-    forged["copy"] = apply(
+    forged["copy"] = kubectl_apply(
         kubectl, pod(ns, "forged-copy", "evil.example/copy:1", rs, **copied), kubeconfig=tenant
     )
     hops = {
@@ -382,7 +307,7 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
         answer to a forgery against it; the webhook stamped it unproven first.)"""
         out = set()
         for obj in forged.values():
-            now = get(kubectl, ns, f"pod/{obj['metadata']['name']}")
+            now = kubectl_get(kubectl, ns, f"pod/{obj['metadata']['name']}")
             if any(r.get("controller") for r in now["metadata"].get("ownerReferences") or []):
                 out.add(f"Pod/{obj['metadata']['name']}")
         return out
@@ -420,7 +345,7 @@ def test_forged_controller_references_are_unproven_and_absorbed_nowhere(env: Env
     assert annotator.metric("aibom_annotator_guard_disabled_namespaces") >= 1
     # Stamp repair agrees with the webhook: no forgery is ever rolled up.
     for what, obj in forged.items():
-        now = stamp(get(kubectl, ns, f"pod/{obj['metadata']['name']}"))
+        now = stamp(kubectl_get(kubectl, ns, f"pod/{obj['metadata']['name']}"))
         assert now["aibom.dev/rollup"] in ("unproven", "uncovered"), (what, now)
         assert "aibom.dev/root" not in now, (what, now)
 
@@ -431,30 +356,17 @@ def test_webhook_down_forged_pod_is_listed_unproven_not_absorbed(env: Env) -> No
     tenant = service_account_kubeconfig(
         cp, kubectl, ns, "tenant", rules=TENANT_RULES, workdir=tmp_path
     )
-    labels = {"app": "web"}
-    apply(
+    kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]},
-                },
-            },
-        },
+        deployment(ns, "web", image="registry.example/web:1"),
     )
     web_pod = labels_pod(kubectl, ns, "app=web")
-    dep = get(kubectl, ns, "deployment/web")
+    dep = kubectl_get(kubectl, ns, "deployment/web")
     assert webhook.stop() == 0
     try:
         # failurePolicy Ignore: admitted as written, copied stamp and proof included.
         copied = dict(web_pod["metadata"]["annotations"])
-        forged = apply(
+        forged = kubectl_apply(
             kubectl, pod(ns, "forged-down", "evil.example/down:1", dep, **copied), kubeconfig=tenant
         )
         assert stamp(forged)["aibom.dev/rollup"] == "rolled-up"  # the copy, unchecked
@@ -470,7 +382,10 @@ def test_webhook_down_forged_pod_is_listed_unproven_not_absorbed(env: Env) -> No
 
         # Stamp repair never keeps (or makes) a `rolled-up` verdict without proof.
         def repaired() -> bool:
-            return stamp(get(kubectl, ns, "pod/forged-down")).get("aibom.dev/rollup") == "unproven"
+            return (
+                stamp(kubectl_get(kubectl, ns, "pod/forged-down")).get("aibom.dev/rollup")
+                == "unproven"
+            )
 
         wait_for("the copied stamp repaired to unproven", repaired, timeout=60)
         # The legitimate Pod, with its proof, still rolls up.

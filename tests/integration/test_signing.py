@@ -9,14 +9,9 @@ lives in the test's namespace (--keys-configmap) so tests do not share it.
 from __future__ import annotations
 
 import base64
-import contextlib
-import http.client
 import json
-import socket
-import ssl
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,13 +21,14 @@ import pytest
 from aibom_core import jsf
 from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
-from tests.integration import test_annotator as base
-from tests.integration.test_annotator import (
+from tests.integration.support import (
     MANAGED,
     Annotator,
+    ConfigMapWatch,
     apply,
     dcd,
     docs,
+    merge_patch,
     wait_doc,
     wait_for,
 )
@@ -41,10 +37,6 @@ pytestmark = pytest.mark.integration
 
 KEYS_CM = "aibom-signing-keys"
 REPAIRED = "aibom_annotator_documents_repaired_total"
-# The annotator fixtures of test_annotator.py (its identity, namespace, start).
-identity = base.identity
-ns = base.ns
-start = base.start
 
 
 def cli(cp: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -125,46 +117,18 @@ def signed_with(cp: ControlPlane, ns: str, kid: str, n: int) -> bool:
     return len(cms) == n and all(signature(cm).get("keyId") == kid for cm in cms.values())
 
 
-class DocumentWatch:
+class DocumentWatch(ConfigMapWatch):
     """Every version of our ConfigMaps' documents the API server stored (watch events)."""
 
     def __init__(self, cp: ControlPlane, ns: str) -> None:
-        self.cp, self.ns = cp, ns
+        super().__init__(cp, ns, selector=MANAGED)
         self.versions: list[tuple[str, bytes]] = []
-        self._conn: http.client.HTTPSConnection | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._started = threading.Event()
 
-    def __enter__(self) -> DocumentWatch:
-        self._thread.start()
-        assert self._started.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._conn is not None and self._conn.sock is not None:
-            with contextlib.suppress(OSError):
-                self._conn.sock.shutdown(socket.SHUT_RDWR)
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        assert self.cp.ports is not None
-        ctx: ssl.SSLContext = self.cp.ssl_context()
-        self._conn = http.client.HTTPSConnection("127.0.0.1", self.cp.ports.apiserver, context=ctx)
-        self._conn.request(
-            "GET", f"/api/v1/namespaces/{self.ns}/configmaps?watch=1&labelSelector={MANAGED}"
-        )
-        resp = self._conn.getresponse()
-        self._started.set()
-        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
-            while True:
-                line = resp.readline()
-                if not line:
-                    return
-                event = json.loads(line)
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    raw = unpack(event["object"])
-                    if raw is not None:
-                        self.versions.append((event["object"]["metadata"]["name"], raw))
+    def handle(self, event: dict[str, Any]) -> None:
+        if event["type"] in ("ADDED", "MODIFIED"):
+            raw = unpack(event["object"])
+            if raw is not None:
+                self.versions.append((event["object"]["metadata"]["name"], raw))
 
 
 def test_tampering_is_reported_and_repaired_and_counted(
@@ -191,15 +155,7 @@ def test_tampering_is_reported_and_repaired_and_counted(
     assert first.stop() == 0
     doc = json.loads(original)
     doc["components"][0]["name"] = "registry.example/evil"
-    kubectl(
-        "patch",
-        "-n",
-        ns,
-        f"configmap/{name}",
-        "--type=merge",
-        "-p",
-        json.dumps({"data": {"aibom.json": json.dumps(doc)}}),
-    )
+    merge_patch(kubectl, ns, f"configmap/{name}", {"data": {"aibom.json": json.dumps(doc)}})
     code, lines = verify(control_plane, ns)
     assert code == 1, lines
     assert lines[0][:3] == ["invalid", f"configmap/{ns}/{name}", "key=k1"]

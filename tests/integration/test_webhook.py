@@ -10,82 +10,37 @@ kubectl; ReplicaSets and Pods are made by the real kube-controller-manager.
 
 from __future__ import annotations
 
-import http.client
 import json
-import signal
 import socket
-import ssl
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
+from tests.controlplane import ControlPlane, Kubectl
+from tests.integration.support import (
+    MANIFESTS,
+    Webhook,
+    bare_pod,
+    deployment,
+    enabled_namespace,
+    grant_webhook,
+    kubectl_apply,
+    kubectl_get,
+    meta,
+    running_webhook,
+    shipped_role,
+    stamp,
+    wait_for,
+    wait_registered,
+)
 
 pytestmark = pytest.mark.integration
 
 Obj = dict[str, Any]
-MANIFESTS = REPO_ROOT / "manifests"
-KEYS = ("aibom.dev/root", "aibom.dev/root-uid", "aibom.dev/rollup", "aibom.dev/rollup-reason")
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def stamp(obj: Obj) -> dict[str, str]:
-    ann = obj.get("metadata", {}).get("annotations") or {}
-    return {k: v for k, v in ann.items() if k in KEYS}
-
-
-def apply(kubectl: Kubectl, doc: Obj, *, kubeconfig: Path | None = None) -> Obj:
-    """`kubectl apply -f - -o json`: the object as the API server stored it."""
-    out = kubectl("apply", "-f", "-", "-o", "json", input=json.dumps(doc), kubeconfig=kubeconfig)
-    result: Obj = json.loads(out.stdout)
-    return result
-
-
-def get(kubectl: Kubectl, ns: str, *what: str) -> Obj:
-    result: Obj = json.loads(kubectl("get", "-n", ns, *what, "-o", "json").stdout)
-    return result
-
-
-def owner_ref(obj: Obj) -> Obj:
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": False,
-    }
-
-
-def meta(ns: str, name: str, owner: Obj | None = None, **extra: Any) -> Obj:
-    m: Obj = {"name": name, "namespace": ns, **extra}
-    if owner is not None:
-        m["ownerReferences"] = [owner_ref(owner)]
-    return m
 
 
 def dgd(ns: str, name: str) -> Obj:
@@ -106,221 +61,20 @@ def dcd(ns: str, name: str, owner: Obj | None = None) -> Obj:
     }
 
 
-def deployment(ns: str, name: str, owner: Obj | None = None, replicas: int = 1) -> Obj:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(ns, name, owner),
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
-            },
-        },
-    }
-
-
-def bare_pod(ns: str, name: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta(ns, name),
-        "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
-    }
-
-
-class Webhook:
-    """One `aibom-rollup webhook` process and its MutatingWebhookConfiguration."""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        workdir: Path,
-        *,
-        name: str,
-        kubeconfig: Path,
-        selector: dict[str, str] | None = None,
-        args: tuple[str, ...] = (),
-    ) -> None:
-        self.cp, self.name, self.kubeconfig = cp, name, kubeconfig
-        self.dir = workdir / name
-        self.port = free_port()
-        self.args = args
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.dir / "webhook.log"
-        self.dir.mkdir(parents=True)
-        self.certs()
-        config = yaml.safe_load_all((self.dir / "mutatingwebhook.yaml").read_text())
-        docs = [d for d in config if d]
-        for doc in docs:
-            doc["metadata"]["name"] = name
-            for hook in doc["webhooks"]:
-                if selector is not None:
-                    hook["namespaceSelector"] = {"matchLabels": selector}
-        self.config = docs
-
-    def certs(self, *extra: str) -> str:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "aibom_rollup",
-                "certs",
-                "--out-dir",
-                str(self.dir),
-                "--ip",
-                "127.0.0.1",
-                "--url",
-                f"https://127.0.0.1:{self.port}/mutate",
-                *extra,
-            ],
-            cwd=REPO_ROOT,
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-
-    def start(self) -> None:
-        log = open(self.log, "ab")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "aibom_rollup",
-                "webhook",
-                "--cert-file",
-                str(self.dir / "tls.crt"),
-                "--key-file",
-                str(self.dir / "tls.key"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--log-level",
-                "debug",
-                "--cert-check-interval",
-                "0.5",
-                # The edge-proof key `certs` wrote next to the certificate (issue 12).
-                "--provenance-key",
-                str(self.dir / "provenance.key"),
-                *self.args,
-            ],
-            cwd=REPO_ROOT,
-            env=child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        wait_for(f"{self.name} /readyz", self._ready, timeout=30)
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            pytest.fail(f"webhook exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-        try:
-            return self.request("GET", "/readyz")[0] == 200
-        except OSError:
-            return False
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        self.proc = None
-        return code
-
-    def ssl_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
-
-    def connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(
-            "127.0.0.1", self.port, timeout=10, context=self.ssl_context()
-        )
-
-    def request(
-        self, method: str, path: str, body: bytes | None = None, ctype: str = "application/json"
-    ) -> tuple[int, bytes]:
-        conn = self.connection()
-        try:
-            conn.request(method, path, body=body, headers={"Content-Type": ctype})
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        finally:
-            conn.close()
-
-    def metric(self, name: str, labels: dict[str, str]) -> float:
-        _, text = self.request("GET", "/metrics")
-        want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-        for line in text.decode().splitlines():
-            if line.startswith(want + " "):
-                return float(line.split()[-1])
-        return 0.0
-
-    def register(self, kubectl: Kubectl) -> None:
-        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(self.config))
-
-    def unregister(self, kubectl: Kubectl) -> None:
-        kubectl("delete", "mutatingwebhookconfiguration", self.name, "--ignore-not-found")
-
-
-def grant(cp: ControlPlane, kubectl: Kubectl, user: str, role: Obj) -> Path:
-    """A kubeconfig for `user`, bound to `role` (a ClusterRole document) and nothing else."""
-    ident = cp.issue_identity(user)
-    bind_rules(kubectl, user, f"{user}-role", role["rules"])
-    return ident.kubeconfig
-
-
-def shipped_role() -> Obj:
-    docs = yaml.safe_load_all((MANIFESTS / "webhook/rbac.yaml").read_text())
-    role: Obj = next(d for d in docs if d and d["kind"] == "ClusterRole")
-    return role
-
-
-def enabled_namespace(kubectl: Kubectl, namespace: str, *labels: str) -> str:
-    kubectl("label", "namespace", namespace, "aibom.dev/enabled=true", *labels, "--overwrite")
-    return namespace
-
-
-def wait_registered(kubectl: Kubectl, ns: str) -> None:
-    """The API server's webhook informer is asynchronous: wait until it calls us."""
-
-    def stamped() -> bool:
-        pod = bare_pod(ns, f"probe-{uuid.uuid4().hex[:6]}")
-        out = kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(pod))
-        return stamp(json.loads(out.stdout)).get("aibom.dev/rollup") == "uncovered"
-
-    wait_for("the webhook configuration to take effect", stamped, timeout=30)
-
-
 @pytest.fixture(scope="module")
 def webhook(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
     """The webhook as shipped: its ClusterRole, its configuration (url clientConfig)."""
-    kubeconfig = grant(control_plane, kubectl, "aibom-webhook", shipped_role())
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path_factory.mktemp("webhook"),
+        user="aibom-webhook",
         name="aibom-rollup-test",
-        kubeconfig=kubeconfig,
         args=("--owner-cache-ttl", "1"),
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ) as hook:
         yield hook
-    finally:
-        hook.unregister(kubectl)
-        if hook.proc is not None:
-            hook.stop()
 
 
 @pytest.fixture
@@ -334,12 +88,12 @@ def ns(webhook: Webhook, kubectl: Kubectl, namespace: str) -> str:
 
 
 def test_dynamo_chain_is_rolled_up_down_to_the_pods(kubectl: Kubectl, ns: str) -> None:
-    graph = apply(kubectl, dgd(ns, "graph"))
+    graph = kubectl_apply(kubectl, dgd(ns, "graph"))
     assert stamp(graph) == {
         "aibom.dev/root": "DynamoGraphDeployment/graph",
         "aibom.dev/rollup": "root",
     }
-    comp = apply(kubectl, dcd(ns, "graph-worker", graph))
+    comp = kubectl_apply(kubectl, dcd(ns, "graph-worker", graph))
     rolled = {
         "aibom.dev/root": "DynamoGraphDeployment/graph",
         "aibom.dev/root-uid": graph["metadata"]["uid"],
@@ -348,7 +102,12 @@ def test_dynamo_chain_is_rolled_up_down_to_the_pods(kubectl: Kubectl, ns: str) -
     assert stamp(comp) == rolled
     # `kubectl apply -o yaml` shows it, as the issue asks.
     out = kubectl(
-        "apply", "-f", "-", "-o", "yaml", input=json.dumps(deployment(ns, "graph-worker", comp, 2))
+        "apply",
+        "-f",
+        "-",
+        "-o",
+        "yaml",
+        input=json.dumps(deployment(ns, "graph-worker", comp, replicas=2)),
     ).stdout
     dep = yaml.safe_load(out)
     assert stamp(dep) == rolled
@@ -356,11 +115,11 @@ def test_dynamo_chain_is_rolled_up_down_to_the_pods(kubectl: Kubectl, ns: str) -
     # The real kube-controller-manager makes the ReplicaSet and Pods; each carries the stamp.
     rs = wait_for(
         "the ReplicaSet",
-        lambda: get(kubectl, ns, "replicasets")["items"],
+        lambda: kubectl_get(kubectl, ns, "replicasets")["items"],
     )
     assert [stamp(r) for r in rs] == [rolled]
     pods = wait_for(
-        "two Pods", lambda: (p := get(kubectl, ns, "pods")["items"]) and len(p) == 2 and p
+        "two Pods", lambda: (p := kubectl_get(kubectl, ns, "pods")["items"]) and len(p) == 2 and p
     )
     assert [stamp(p) for p in pods] == [rolled, rolled]
 
@@ -368,13 +127,13 @@ def test_dynamo_chain_is_rolled_up_down_to_the_pods(kubectl: Kubectl, ns: str) -
 def test_bare_pod_is_uncovered_and_plain_deployment_is_root(
     kubectl: Kubectl, ns: str, webhook: Webhook
 ) -> None:
-    pod = apply(kubectl, bare_pod(ns, "lonely"))
+    pod = kubectl_apply(kubectl, bare_pod(ns, "lonely"))
     assert stamp(pod) == {"aibom.dev/rollup": "uncovered"}
-    dep = apply(kubectl, deployment(ns, "plain"))
+    dep = kubectl_apply(kubectl, deployment(ns, "plain"))
     # On CREATE the root is the object itself, whose UID is not assigned yet.
     assert stamp(dep) == {"aibom.dev/root": "Deployment/plain", "aibom.dev/rollup": "root"}
-    pods = wait_for("the Pod", lambda: get(kubectl, ns, "pods", "-l", "app=plain")["items"])
-    dep = get(kubectl, ns, "deployment/plain")
+    pods = wait_for("the Pod", lambda: kubectl_get(kubectl, ns, "pods", "-l", "app=plain")["items"])
+    dep = kubectl_get(kubectl, ns, "deployment/plain")
     assert stamp(pods[0]) == {
         "aibom.dev/root": "Deployment/plain",
         "aibom.dev/root-uid": dep["metadata"]["uid"],
@@ -383,41 +142,78 @@ def test_bare_pod_is_uncovered_and_plain_deployment_is_root(
     # The deployment controller copies the Deployment's annotations onto its
     # ReplicaSet on every sync; the ReplicaSet mirrors them instead of fighting
     # (an endless UPDATE loop otherwise): same root, the Deployment's rollup.
-    rs = get(kubectl, ns, "replicasets", "-l", "app=plain")["items"][0]
+    rs = kubectl_get(kubectl, ns, "replicasets", "-l", "app=plain")["items"][0]
     assert stamp(rs) == {
         "aibom.dev/root": "Deployment/plain",
         "aibom.dev/root-uid": dep["metadata"]["uid"],
         "aibom.dev/rollup": "root",
     }
-    updates = {"kind": "ReplicaSet", "operation": "UPDATE", "result": "rolled-up"}
-    before = webhook.metric("aibom_webhook_admissions_total", updates)
-    time.sleep(2)
-    assert webhook.metric("aibom_webhook_admissions_total", updates) == before  # no loop
+    # No loop. The witness that the deployment controller has synced the
+    # ReplicaSet since (any fight would have gone through the webhook by then):
+    # it copies a new annotation of the Deployment onto it; the UPDATE that
+    # carries the copy is the controller's, after the stamp above.
+    updates = {"kind": "ReplicaSet", "operation": "UPDATE"}
+    flipped = {**updates, "result": "rolled-up"}
+    before = webhook.metric("aibom_webhook_admissions_total", flipped)
+    kubectl("annotate", "-n", ns, "deployment/plain", "aibom-test.dev/touch=1")
+    synced = wait_for(
+        "the deployment controller to copy the touch onto the ReplicaSet",
+        lambda: next(
+            (
+                r
+                for r in kubectl_get(kubectl, ns, "replicasets", "-l", "app=plain")["items"]
+                if (r["metadata"].get("annotations") or {}).get("aibom-test.dev/touch") == "1"
+            ),
+            None,
+        ),
+    )
+    assert stamp(synced) == stamp(rs)
+    assert webhook.metric("aibom_webhook_admissions_total", flipped) == before
     # The first UPDATE of the Deployment adds its root-uid (the stamp of an
     # ownerless root is incomplete without it, so the matchCondition sends it).
     # (The deployment controller's own revision UPDATE may get there first.)
     kubectl("label", "-n", ns, "deployment/plain", "touch=1")
-    touched = get(kubectl, ns, "deployment/plain")
+    touched = kubectl_get(kubectl, ns, "deployment/plain")
     assert stamp(touched)["aibom.dev/root-uid"] == dep["metadata"]["uid"]
 
 
 def test_recreated_owner_does_not_adopt_a_stale_child(
     kubectl: Kubectl, ns: str, webhook: Webhook
 ) -> None:
-    old = apply(kubectl, dcd(ns, "comp"))
+    old = kubectl_apply(kubectl, dcd(ns, "comp"))
     # A child admitted while the old owner lives: the owner is now in the cache.
-    assert stamp(apply(kubectl, deployment(ns, "first", old)))["aibom.dev/rollup"] == "rolled-up"
+    assert (
+        stamp(kubectl_apply(kubectl, deployment(ns, "first", old)))["aibom.dev/rollup"]
+        == "rolled-up"
+    )
     kubectl("delete", "-n", ns, "dynamocomponentdeployment/comp", "--wait=true")
-    new = apply(kubectl, dcd(ns, "comp"))
+    new = kubectl_apply(kubectl, dcd(ns, "comp"))
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
-    time.sleep(1.5)  # past --owner-cache-ttl 1: the deleted owner is no longer cached
-    stale = apply(kubectl, deployment(ns, "stale", old))
+    # Past --owner-cache-ttl 1 the deleted owner is no longer cached: a dry run of
+    # the stale child says so (the real one is then applied as before).
+    dropped = time.monotonic()
+
+    def uid_checked() -> bool:
+        dry = kubectl(
+            "create",
+            "--dry-run=server",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            input=json.dumps(deployment(ns, "stale", old)),
+        )
+        return stamp(json.loads(dry.stdout)).get("aibom.dev/rollup") == "unresolved"
+
+    wait_for("the cached owner to expire (TTL 1 s)", uid_checked, timeout=30, every=0.1)
+    assert time.monotonic() - dropped < 10, "the owner cache outlived its TTL by far"
+    stale = kubectl_apply(kubectl, deployment(ns, "stale", old))
     assert stamp(stale) == {
         "aibom.dev/root": "Deployment/stale",
         "aibom.dev/rollup": "unresolved",
         "aibom.dev/rollup-reason": "UIDMismatch nvidia.com/DynamoComponentDeployment/comp",
     }
-    fresh = apply(kubectl, deployment(ns, "fresh", new))
+    fresh = kubectl_apply(kubectl, deployment(ns, "fresh", new))
     assert stamp(fresh)["aibom.dev/root"] == "DynamoComponentDeployment/comp"
     assert stamp(fresh)["aibom.dev/root-uid"] == new["metadata"]["uid"]
     labels = {"kind": "Deployment", "reason": "UIDMismatch"}
@@ -436,7 +232,7 @@ def test_restricted_identity_stamps_forbidden_and_admits(
     for rule in role["rules"]:
         if rule["apiGroups"] == ["nvidia.com"]:
             rule["resources"] = ["dynamographdeployments"]
-    kubeconfig = grant(control_plane, kubectl, "aibom-webhook-restricted", role)
+    kubeconfig = grant_webhook(control_plane, kubectl, "aibom-webhook-restricted", role)
     label = f"restricted-{uuid.uuid4().hex[:6]}"
     hook = Webhook(
         control_plane,
@@ -449,12 +245,12 @@ def test_restricted_identity_stamps_forbidden_and_admits(
     hook.register(kubectl)
     try:
         kubectl("label", "namespace", namespace, f"aibom-test.dev/webhook={label}")
-        graph = apply(kubectl, dgd(namespace, "g"))
-        comp = apply(kubectl, dcd(namespace, "g-worker", graph))
+        graph = kubectl_apply(kubectl, dgd(namespace, "g"))
+        comp = kubectl_apply(kubectl, dcd(namespace, "g-worker", graph))
         assert stamp(comp)["aibom.dev/rollup"] == "rolled-up"  # the graph is readable
 
         def forbidden() -> Obj | None:
-            dep = apply(kubectl, deployment(namespace, f"w-{uuid.uuid4().hex[:4]}", comp))
+            dep = kubectl_apply(kubectl, deployment(namespace, f"w-{uuid.uuid4().hex[:4]}", comp))
             return dep if stamp(dep).get("aibom.dev/rollup") == "unresolved" else None
 
         dep = wait_for("a Forbidden stamp", forbidden)
@@ -481,7 +277,7 @@ def test_restricted_identity_stamps_forbidden_and_admits(
 def test_webhook_down_admits_and_forged_stamps_are_corrected_after(
     kubectl: Kubectl, ns: str, webhook: Webhook
 ) -> None:
-    dep = apply(kubectl, deployment(ns, "plain", replicas=0))
+    dep = kubectl_apply(kubectl, deployment(ns, "plain", replicas=0))
     uid = dep["metadata"]["uid"]
     kubectl("label", "-n", ns, "deployment/plain", "touch=1")  # gets root-uid
     good = {
@@ -489,11 +285,13 @@ def test_webhook_down_admits_and_forged_stamps_are_corrected_after(
         "aibom.dev/root-uid": uid,
         "aibom.dev/rollup": "root",
     }
-    wait_for("the full root stamp", lambda: stamp(get(kubectl, ns, "deployment/plain")) == good)
+    wait_for(
+        "the full root stamp", lambda: stamp(kubectl_get(kubectl, ns, "deployment/plain")) == good
+    )
     assert webhook.stop() == 0  # SIGTERM: a clean exit
     try:
         # failurePolicy Ignore: still admitted, unstamped.
-        pod = apply(kubectl, bare_pod(ns, "while-down"))
+        pod = kubectl_apply(kubectl, bare_pod(ns, "while-down"))
         assert stamp(pod) == {}
         forged = kubectl(
             "annotate",
@@ -514,9 +312,9 @@ def test_webhook_down_admits_and_forged_stamps_are_corrected_after(
     # (the stamp is provably wrong) and corrected.
     # (`kubectl label -o json` prints its own object, not the server's: get it.)
     kubectl("label", "-n", ns, "deployment/plain", "touch=2", "--overwrite")
-    assert stamp(get(kubectl, ns, "deployment/plain")) == good
+    assert stamp(kubectl_get(kubectl, ns, "deployment/plain")) == good
     kubectl("label", "-n", ns, "pod/while-down", "touch=1")
-    assert stamp(get(kubectl, ns, "pod/while-down")) == {"aibom.dev/rollup": "uncovered"}
+    assert stamp(kubectl_get(kubectl, ns, "pod/while-down")) == {"aibom.dev/rollup": "uncovered"}
     # And an UPDATE that cannot change a correct stamp is not sent at all.
     labels = {"kind": "Deployment", "operation": "UPDATE", "result": "root"}
     before = webhook.metric("aibom_webhook_admissions_total", labels)
@@ -544,9 +342,10 @@ def test_policy_refuses_uncovered_pods(kubectl: Kubectl, ns: str) -> None:
         err = wait_for("the policy to refuse a bare Pod", attempt)
         assert "not covered by any AIBOM" in err and "aibom.dev/rollup=uncovered" in err
         # Pods the controllers make under a Deployment are covered: admitted.
-        apply(kubectl, deployment(ns, "covered"))
+        kubectl_apply(kubectl, deployment(ns, "covered"))
         pods = wait_for(
-            "the covered Pod", lambda: get(kubectl, ns, "pods", "-l", "app=covered")["items"]
+            "the covered Pod",
+            lambda: kubectl_get(kubectl, ns, "pods", "-l", "app=covered")["items"],
         )
         assert stamp(pods[0])["aibom.dev/rollup"] == "rolled-up"
     finally:
@@ -609,7 +408,10 @@ def test_rotated_certificate_is_served_without_restart(
     assert webhook.proc is not None and webhook.proc.pid == pid  # no restart
     assert bundle == webhook.config[0]["webhooks"][0]["clientConfig"]["caBundle"]
     # The API server, trusting the same caBundle, still gets stamps.
-    assert stamp(apply(kubectl, bare_pod(ns, "after-rotation")))["aibom.dev/rollup"] == "uncovered"
+    assert (
+        stamp(kubectl_apply(kubectl, bare_pod(ns, "after-rotation")))["aibom.dev/rollup"]
+        == "uncovered"
+    )
     assert webhook.metric("aibom_webhook_cert_reloads_total", {"result": "ok"}) >= 2
 
 
@@ -624,12 +426,14 @@ def test_owner_of_an_unknown_kind_is_not_an_edge(
     AIBOM: the Pod is `uncovered`, the stamp the uncovered-Pod policy refuses (it was
     `unresolved Forbidden`, which that policy lets through). The provenance guard
     checks only registry owners: docs/provenance-guard.md."""
-    graph = apply(kubectl, dgd(ns, "target"))  # no controller acts on it: no other admissions
-    relay = apply(
+    graph = kubectl_apply(
+        kubectl, dgd(ns, "target")
+    )  # no controller acts on it: no other admissions
+    relay = kubectl_apply(
         kubectl, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(ns, "relay", graph)}
     )
     lookups = webhook.metric("aibom_webhook_owner_lookups_total", {"source": "get"})
     via = {**bare_pod(ns, "via-relay"), "metadata": meta(ns, "via-relay", relay)}
-    assert stamp(apply(kubectl, via)) == {"aibom.dev/rollup": "uncovered"}
+    assert stamp(kubectl_apply(kubectl, via)) == {"aibom.dev/rollup": "uncovered"}
     # Not even fetched.
     assert webhook.metric("aibom_webhook_owner_lookups_total", {"source": "get"}) == lookups

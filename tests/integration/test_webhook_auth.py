@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.controlplane import ControlPlane, ControlPlaneError, webhook_caller
-from tests.integration.test_webhook import (
+from tests.integration.support import (
     Webhook,
-    apply,
     bare_pod,
     enabled_namespace,
-    grant,
+    grant_webhook,
+    kubectl_apply,
     shipped_role,
     stamp,
     wait_registered,
@@ -47,7 +47,7 @@ def test_api_server_is_answered_and_strangers_are_refused(tmp_path: Path) -> Non
     except ControlPlaneError as exc:
         pytest.fail(f"cannot start the control plane: {exc}", pytrace=False)
     try:
-        hook.kubeconfig = grant(cp, cp.kubectl, "aibom-webhook-auth", shipped_role())
+        hook.kubeconfig = grant_webhook(cp, cp.kubectl, "aibom-webhook-auth", shipped_role())
         hook.args = (
             "--client-ca-file",
             str(caller.client_ca_file),
@@ -61,7 +61,7 @@ def test_api_server_is_answered_and_strangers_are_refused(tmp_path: Path) -> Non
         enabled_namespace(cp.kubectl, ns)
         # The API server's calls are answered: objects are stamped.
         wait_registered(cp.kubectl, ns)
-        pod = apply(cp.kubectl, bare_pod(ns, "stamped"))
+        pod = kubectl_apply(cp.kubectl, bare_pod(ns, "stamped"))
         assert stamp(pod) == {"aibom.dev/rollup": "uncovered"}
         answered = hook.metric(
             "aibom_webhook_admissions_total",
@@ -93,7 +93,7 @@ def test_api_server_is_answered_and_strangers_are_refused(tmp_path: Path) -> Non
         refused = hook.metric("aibom_webhook_bad_requests_total", {"status": "401"})
         assert refused >= 2
         # And the stamps went on all along.
-        again = apply(cp.kubectl, bare_pod(ns, "stamped-too"))
+        again = kubectl_apply(cp.kubectl, bare_pod(ns, "stamped-too"))
         assert json.dumps(stamp(again)) == json.dumps({"aibom.dev/rollup": "uncovered"})
     finally:
         if hook.proc is not None:

@@ -20,7 +20,8 @@ import aiohttp
 import pytest
 
 from tests.controlplane import ControlPlane, Kubectl
-from tests.integration.test_webhook import Webhook, grant, shipped_role
+from tests.integration.support import Webhook, shipped_role
+from tests.integration.support import grant_webhook as grant
 from tests.unit.review_fuzz import bodies, check_answer
 
 pytestmark = pytest.mark.integration

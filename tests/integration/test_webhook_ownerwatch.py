@@ -31,7 +31,14 @@ import pytest
 
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
 from tests.integration.apiproxy import ApiProxy
-from tests.integration.test_webhook import Webhook, apply, dcd, deployment, shipped_role, wait_for
+from tests.integration.support import (
+    Webhook,
+    deployment,
+    shipped_role,
+    wait_for,
+)
+from tests.integration.support import kubectl_apply as apply
+from tests.integration.test_webhook import dcd
 
 pytestmark = pytest.mark.integration
 

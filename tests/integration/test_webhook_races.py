@@ -20,28 +20,30 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
-from tests.integration.test_webhook import (
+from tests.integration.support import (
+    IMAGE,
     Webhook,
-    apply,
     bare_pod,
     dcd,
     deployment,
     dgd,
     enabled_namespace,
-    get,
-    grant,
+    kubectl_apply,
+    kubectl_get,
+    merge_patch,
     owner_ref,
-    shipped_role,
+    running_webhook,
     stamp,
+    template,
     wait_for,
     wait_registered,
+    workload,
 )
 
 pytestmark = pytest.mark.integration
@@ -53,25 +55,18 @@ Obj = dict[str, Any]
 def long_cache_webhook(
     control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    kubeconfig = grant(control_plane, kubectl, "aibom-webhook-races", shipped_role())
-    hook = Webhook(
+    with running_webhook(
         control_plane,
+        kubectl,
         tmp_path_factory.mktemp("races"),
+        user="aibom-webhook-races",
         name="aibom-rollup-races",
-        kubeconfig=kubeconfig,
         selector={"aibom-test.dev/races": "on"},
-        # The TTL cache alone (no owner index, issue 15): its entries are
-        # certain to be stale for the whole test.
+        # The TTL cache alone (no owner index): its entries are certain to be
+        # stale for the whole test.
         args=("--owner-cache-ttl", "600", "--no-owner-watch"),
-    )
-    hook.start()
-    hook.register(kubectl)
-    try:
+    ) as hook:
         yield hook
-    finally:
-        hook.unregister(kubectl)
-        if hook.proc is not None:
-            hook.stop()
 
 
 @pytest.fixture
@@ -124,16 +119,16 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
     # UID after its deletion, for the TTL: the documented bounded staleness).
     old_doc = deployment(ns, "web", replicas=0)
     old_doc["spec"]["paused"] = True
-    old = apply(kubectl, old_doc)
+    old = kubectl_apply(kubectl, old_doc)
     kubectl("delete", "-n", ns, "deployment/web", "--wait=true")
-    new = apply(kubectl, deployment(ns, "web", replicas=0))
+    new = kubectl_apply(kubectl, deployment(ns, "web", replicas=0))
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     # The new Deployment is stamped and cached (its ReplicaSet's walk GETs it).
     wait_for(
         "the new Deployment's ReplicaSet",
-        lambda: get(kubectl, ns, "replicasets", "-l", "app=web")["items"],
+        lambda: kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"],
     )
-    assert stamp(get(kubectl, ns, "deployment/web"))["aibom.dev/rollup"] == "root"
+    assert stamp(kubectl_get(kubectl, ns, "deployment/web"))["aibom.dev/rollup"] == "root"
     # A ReplicaSet still naming the deleted Deployment (a lingering child).
     # The finalizer keeps it while the garbage collector deletes it (its owner
     # is gone by UID), so its stamp can be watched.
@@ -160,7 +155,7 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
         },
     }
     try:
-        created = apply(kubectl, rs_doc)
+        created = kubectl_apply(kubectl, rs_doc)
         unresolved = {
             "aibom.dev/rollup": "unresolved",
             "aibom.dev/rollup-reason": "UIDMismatch apps/Deployment/web",
@@ -183,46 +178,38 @@ def test_replicaset_of_a_recreated_deployment_is_unresolved_and_stable(
             r for r in _tree(kubectl, ns) if r["kind"] == "ReplicaSet" and r["name"] == "web-stale"
         )
         assert record["annotations"] == unresolved
-        # Stable: whatever updates happen meanwhile (the garbage collector's
-        # delete), the stamp never changes.
-        until = time.monotonic() + 3
-        while time.monotonic() < until:
-            assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
-            time.sleep(0.1)
+
+        # Stable: whatever updates happen meanwhile, the stamp never changes, up
+        # to the garbage collector's delete (its owner is gone by UID: it sets
+        # deletionTimestamp; the finalizer holds it).
+        def deleted() -> bool:
+            cur = _rs(control_plane, ns, "web-stale")
+            assert stamp(cur) == unresolved
+            return "deletionTimestamp" in cur["metadata"]
+
+        wait_for("the garbage collector to delete the stale ReplicaSet", deleted, every=0.1)
+        assert stamp(_rs(control_plane, ns, "web-stale")) == unresolved
     finally:
-        kubectl(
-            "patch",
-            "-n",
-            ns,
-            "replicaset/web-stale",
-            "--type=merge",
-            "-p",
-            '{"metadata":{"finalizers":null}}',
-            check=False,
+        merge_patch(
+            kubectl, ns, "replicaset/web-stale", {"metadata": {"finalizers": None}}, check=False
         )
 
 
 def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
 ) -> None:
-    owner = apply(
+    owner = kubectl_apply(
         kubectl,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": {"name": "owner", "namespace": ns},
-            "spec": {
-                "replicas": 0,
-                "serviceName": "owner",
-                "selector": {"matchLabels": {"app": "owner"}},
-                "template": {
-                    "metadata": {"labels": {"app": "owner"}},
-                    "spec": {"containers": [{"name": "m", "image": "registry.example/app:1"}]},
-                },
-            },
-        },
+        workload(
+            "StatefulSet",
+            ns,
+            "owner",
+            replicas=0,
+            template=template({"app": "owner"}, IMAGE),
+            serviceName="owner",
+        ),
     )
-    apply(kubectl, deployment(ns, "web", replicas=0))
+    kubectl_apply(kubectl, deployment(ns, "web", replicas=0))
     # The deployment controller makes the ReplicaSet; the webhook's walk of it
     # GETs the Deployment, which now sits in the owner cache (TTL 600 s).
     rs = wait_for(
@@ -230,7 +217,7 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
         lambda: next(
             (
                 r
-                for r in get(kubectl, ns, "replicasets", "-l", "app=web")["items"]
+                for r in kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"]
                 if stamp(r).get("aibom.dev/rollup") == "root"
             ),
             None,
@@ -242,24 +229,30 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
     # onto the ReplicaSet, whose walk would find the Deployment in the cache as
     # it was before (ownerless, `root`).
     want = adopt(kubectl, ns, "deployment/web", owner)
-    assert stamp(get(kubectl, ns, "deployment/web")) == want
+    assert stamp(kubectl_get(kubectl, ns, "deployment/web")) == want
     wait_for(
         "the ReplicaSet to carry the Deployment's new stamp",
         lambda: stamp(_rs(control_plane, ns, name)) == want,
     )
-    # From here on, for 6 s: never reverted, and no update loop (the revert
-    # and the controller's copy would chase each other until the TTL expired).
+    # From here on never reverted, and no update loop (the revert and the
+    # controller's copy would chase each other until the TTL expired), up to
+    # the witness that the controller has synced the ReplicaSet again: it
+    # copies a new annotation of the Deployment onto it.
     versions = {_rs(control_plane, ns, name)["metadata"]["resourceVersion"]}
     seen = []
-    until = time.monotonic() + 6
-    while time.monotonic() < until:
+    kubectl("annotate", "-n", ns, "deployment/web", "aibom-test.dev/touch=1")
+
+    def synced() -> bool:
         cur = _rs(control_plane, ns, name)
         versions.add(cur["metadata"]["resourceVersion"])
         seen.append(stamp(cur))
-        time.sleep(0.05)
+        return (cur["metadata"].get("annotations") or {}).get("aibom-test.dev/touch") == "1"
+
+    wait_for("the deployment controller to copy the touch", synced, every=0.05)
     reverted = [s for s in seen if s != want]
     assert not reverted, f"reverted {len(reverted)} of {len(seen)} times, e.g. {reverted[0]}"
-    assert len(versions) <= 2, f"ReplicaSet updated {len(versions) - 1} times meanwhile"
+    # At most one more copy of the new stamp, then the copy of the touch.
+    assert len(versions) <= 3, f"ReplicaSet updated {len(versions) - 1} times meanwhile"
     refreshed = long_cache_webhook.metric(
         "aibom_webhook_owner_lookups_total", {"source": "refreshed"}
     )
@@ -269,17 +262,17 @@ def test_deployment_controller_copy_is_never_reverted_by_the_cache(
 def test_late_adoption_repair_is_not_reverted_by_the_cache(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, long_cache_webhook: Webhook
 ) -> None:
-    comp = apply(kubectl, dcd(ns, "comp"))
+    comp = kubectl_apply(kubectl, dcd(ns, "comp"))
     pod_doc = bare_pod(ns, "worker")
     pod_doc["metadata"]["ownerReferences"] = [owner_ref(comp)]
     # The Pod's walk GETs the component, which now sits in the cache (600 s), ownerless.
-    pod = apply(kubectl, pod_doc)
+    pod = kubectl_apply(kubectl, pod_doc)
     assert stamp(pod)["aibom.dev/root"] == "DynamoComponentDeployment/comp"
     # Late adoption: the component gets its controller reference on UPDATE (the
     # webhook stamps it and writes its edge-proof; the Pod's stamp is now stale).
-    graph = apply(kubectl, dgd(ns, "graph"))
+    graph = kubectl_apply(kubectl, dgd(ns, "graph"))
     repaired = adopt(kubectl, ns, "dynamocomponentdeployment/comp", graph)
-    assert stamp(get(kubectl, ns, "dynamocomponentdeployment/comp")) == repaired
+    assert stamp(kubectl_get(kubectl, ns, "dynamocomponentdeployment/comp")) == repaired
     # The annotator's repair of the Pod (what its walk computes; written the way
     # it writes, an UPDATE of our keys). Before issue 15 the webhook answered it
     # from the cached, ownerless component and reverted it to the component.
@@ -291,7 +284,7 @@ def test_late_adoption_repair_is_not_reverted_by_the_cache(
         "--overwrite",
         *(f"{k}={v}" for k, v in repaired.items()),
     )
-    assert stamp(get(kubectl, ns, "pod/worker")) == repaired
+    assert stamp(kubectl_get(kubectl, ns, "pod/worker")) == repaired
     # Walked again live because the carried stamp disagreed with the cached walk.
     assert long_cache_webhook.metric("aibom_webhook_owner_lookups_total", {"source": "refreshed"})
 
@@ -314,7 +307,7 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
         "metadata": {"name": "owned-by-ns", "namespace": ns, "ownerReferences": [ref]},
         "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
     }
-    live = stamp(apply(kubectl, pod))
+    live = stamp(kubectl_apply(kubectl, pod))
     want = {"aibom.dev/rollup": "uncovered"}
     assert live == want
     # Offline, from a dump holding both the Pod and its cluster-scoped owner.

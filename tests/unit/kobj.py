@@ -103,3 +103,31 @@ def chain(*spec: str, ns: str = "ns") -> list[Obj]:
         kind, name = item.split("/", 1)
         out.append(mk(kind, name, out[-1] if out else None, ns=ns))
     return out
+
+
+def container_spec(
+    image: str,
+    *,
+    command: list[Any] | None = None,
+    args: list[Any] | None = None,
+    env: list[Obj] | None = None,
+) -> Obj:
+    """A container `c` running `image` (command, args and env only when given)."""
+    c: Obj = {"name": "c", "image": image}
+    if command is not None:
+        c["command"] = command
+    if args is not None:
+        c["args"] = args
+    if env is not None:
+        c["env"] = env
+    return c
+
+
+def bare_pod(*containers: Obj) -> Obj:
+    """A Pod `p` with these containers (no namespace, no owner)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": list(containers)},
+    }

@@ -96,6 +96,7 @@ class Sink:
         self.log: list[tuple[str, str]] = []
         self.states: list[InformerState] = []
         self.restarts: list[str] = []
+        self.changed = asyncio.Event()  # set on every state change
 
     def upsert(self, gk: GroupKind, o: dict[str, Any]) -> str:
         key = o["metadata"]["uid"]
@@ -113,6 +114,7 @@ class Sink:
 
     def status(self, informer: Informer) -> None:
         self.states.append(informer.state)
+        self.changed.set()
 
     def restarted(self, gk: GroupKind, reason: str) -> None:
         self.restarts.append(reason)
@@ -250,8 +252,11 @@ async def test_a_first_list_failing_too_long_is_degraded_not_waited_for() -> Non
         clock=lambda: now[0],
     )
     task = asyncio.create_task(inf.run())
-    await asyncio.sleep(0.05)
-    assert inf.state is InformerState.BACKOFF and not inf.degraded and not inf.settled
+    async with asyncio.timeout(10):  # until the first list has failed
+        while inf.state is not InformerState.BACKOFF:
+            await sink.changed.wait()
+            sink.changed.clear()
+    assert not inf.degraded and not inf.settled
     now[0] = 31.0
     assert inf.degraded and inf.settled and not inf.synced.is_set()
     task.cancel()

@@ -112,10 +112,17 @@ def test_token_bucket_rejects_nonsense(rate: float, burst: int) -> None:
         TokenBucket(rate, burst)
 
 
+async def settle() -> None:
+    """Let every runnable task run until it waits (a few turns of the event loop):
+    nothing else is scheduled, so whatever could finish now has."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
 async def test_get_waits_for_add_and_for_delay() -> None:
     q: WorkQueue[str] = WorkQueue("t")
     getter = asyncio.create_task(q.get())
-    await asyncio.sleep(0.01)
+    await settle()
     assert not getter.done()
     q.add("x")
     assert await asyncio.wait_for(getter, 1) == "x"
@@ -127,7 +134,7 @@ async def test_get_waits_for_add_and_for_delay() -> None:
 async def test_shut_down_releases_waiters() -> None:
     q: WorkQueue[str] = WorkQueue("t")
     getter = asyncio.create_task(q.get())
-    await asyncio.sleep(0.01)
+    await settle()
     q.shut_down()
     with pytest.raises(QueueShutDown):
         await asyncio.wait_for(getter, 1)
@@ -141,7 +148,7 @@ async def test_wait_idle_returns_once_the_last_key_is_done() -> None:
     q.add("a")
     waiter = asyncio.create_task(q.wait_idle())
     key = await q.get()
-    await asyncio.sleep(0.01)
+    await settle()
     assert not waiter.done()  # in progress is not idle
     q.done(key)
     await asyncio.wait_for(waiter, 1)

@@ -18,14 +18,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from aibom_core.kinds import default_registry
-from aibom_core.stamp import Keys
 from aibom_edge.logs import formatter
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, body, review
-from webhook.app import Admitter, Readiness, make_app
-from webhook.metrics import Metrics
-from webhook.resolver import OwnerCache, Resolver
+from tests.unit.webhook_fakes import MemorySource, admission_app, body, review
 
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
 
@@ -81,12 +76,7 @@ def _fields(record: logging.LogRecord) -> dict[str, str]:
 @pytest.fixture
 async def records(aiohttp_client: MakeClient) -> list[logging.LogRecord]:
     """Every record the webhook logs while answering hostile reviews and bodies."""
-    source = MemorySource()
-    metrics = Metrics()
-    registry = default_registry()
-    resolver = Resolver(source, registry=registry, deadline=0.5, cache=OwnerCache(ttl=0))
-    admitter = Admitter(resolver=resolver, registry=registry, keys=Keys(), metrics=metrics)
-    app = make_app(admitter=admitter, metrics=metrics, readiness=Readiness(True, True))
+    app, _ = admission_app(MemorySource())
     client = await aiohttp_client(app)
     capture = Capture()
     logger = logging.getLogger("webhook")

@@ -13,6 +13,7 @@ from aibom_core.evidence import Confidence
 from aibom_core.models import hf_purl, is_hf_id, models_of, nim_model, normalise_id, origin_of
 from aibom_core.runtime import runtimes_of
 from aibom_core.scrape import Container, scrape
+from tests.unit.kobj import bare_pod, container_spec
 
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR")
@@ -31,19 +32,7 @@ def container(
     args: list[Any] | None = None,
     env: list[dict[str, Any]] | None = None,
 ) -> Container:
-    c: dict[str, Any] = {"name": "c", "image": image}
-    if command is not None:
-        c["command"] = command
-    if args is not None:
-        c["args"] = args
-    if env is not None:
-        c["env"] = env
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {"containers": [c]},
-    }
+    pod = bare_pod(container_spec(image, command=command, args=args, env=env))
     (out,) = scrape(pod)
     return out
 

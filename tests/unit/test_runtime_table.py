@@ -17,6 +17,7 @@ from aibom_core.images import parse_image
 from aibom_core.kinds import default_registry
 from aibom_core.runtime import IMAGE_RULES, MODULES, PROGRAMS, SUBCOMMANDS, match_image, runtimes_of
 from aibom_core.scrape import Container, scrape
+from tests.unit.kobj import bare_pod, container_spec
 
 I = Confidence.INFERRED  # noqa: E741
 
@@ -27,15 +28,8 @@ def container(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> Container:
-    c: dict[str, Any] = {"name": "c", "image": image}
-    if command is not None:
-        c["command"] = command
-    if args is not None:
-        c["args"] = args
-    if env:
-        c["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"containers": [c]}}  # fmt: skip
+    listed = [{"name": k, "value": v} for k, v in env.items()] if env else None
+    pod = bare_pod(container_spec(image, command=command, args=args, env=listed))
     (out,) = scrape(pod)
     return out
 

@@ -15,10 +15,10 @@ from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason
 from tests.unit.kobj import chain, mk
-from tests.unit.webhook_fakes import MemorySource, apply_patch, body, review
+from tests.unit.webhook_fakes import MemorySource, admission_app, apply_patch, body, review
 from webhook.app import MAX_BODY, Admitter, Readiness, make_app
 from webhook.metrics import Metrics
-from webhook.resolver import OwnerCache, Resolver
+from webhook.resolver import Resolver
 
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
 JSON = {"Content-Type": "application/json"}
@@ -41,11 +41,7 @@ class Hook:
 @pytest.fixture
 async def hook(aiohttp_client: MakeClient) -> Hook:
     source = MemorySource()
-    metrics = Metrics()
-    registry = default_registry()
-    resolver = Resolver(source, registry=registry, deadline=0.5, cache=OwnerCache(ttl=0))
-    admitter = Admitter(resolver=resolver, registry=registry, keys=Keys(), metrics=metrics)
-    app = make_app(admitter=admitter, metrics=metrics, readiness=Readiness(True, True))
+    app, metrics = admission_app(source)
     return Hook(await aiohttp_client(app), source, metrics)
 
 
@@ -291,11 +287,7 @@ async def test_stale_cached_deployment_never_reverts_the_controllers_newer_copy(
     """Issue 14: a ReplicaSet carrying its Deployment's newer stamp is not reverted
     to the one of the Deployment's cached (older) resourceVersion."""
     source = MemorySource()
-    metrics = Metrics()
-    registry = default_registry()
-    resolver = Resolver(source, registry=registry, deadline=0.5, cache=OwnerCache(ttl=600))
-    admitter = Admitter(resolver=resolver, registry=registry, keys=Keys(), metrics=metrics)
-    app = make_app(admitter=admitter, metrics=metrics, readiness=Readiness(True, True))
+    app, metrics = admission_app(source, cache_ttl=600)
     hook = Hook(await aiohttp_client(app), source, metrics)
     sts = mk("StatefulSet", "owner")
     source.add(sts)

@@ -4,7 +4,6 @@ certificate and/or bearer token, on the real listening server with real TLS."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,10 +13,9 @@ import pytest
 
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
-from certs.pki import issue_serving, new_ca
 from tests.controlplane import webhook_caller
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, body, review
+from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.auth import AuthError, CallerAuth
 from webhook.main import Server
 from webhook.resolver import OwnerCache
@@ -27,12 +25,7 @@ JSON = {"Content-Type": "application/json"}
 
 
 async def _serve(tmp_path: Path, *, cert: bool, token: bool) -> AsyncIterator[tuple[int, Path]]:
-    now = dt.datetime.now(dt.UTC)
-    ca = new_ca(common_name="t", now=now, days=1)
-    pair = issue_serving(ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, days=1)
-    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
-    (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    serving_files(tmp_path)
     caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=True)
     client_ca = str(caller.client_ca_file) if cert else None
     token_file = str(caller.token_file) if token else None

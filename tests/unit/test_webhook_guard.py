@@ -8,7 +8,6 @@ clients cannot keep a real review from being answered.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -20,9 +19,8 @@ import pytest
 
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
-from certs.pki import issue_serving, new_ca
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, body, review
+from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.main import Server
 from webhook.resolver import OwnerCache
 from webhook.tls import CertReloader
@@ -57,12 +55,7 @@ class Live:
 
 
 async def _start(tmp_path: Path, **kw: object) -> AsyncIterator[Live]:
-    now = dt.datetime.now(dt.UTC)
-    ca = new_ca(common_name="t", now=now, days=1)
-    pair = issue_serving(ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, days=1)
-    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
-    (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    serving_files(tmp_path)
     server = Server(
         source=MemorySource(),
         registry=default_registry(),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import ssl
 from pathlib import Path
 
@@ -11,21 +10,15 @@ import aiohttp
 
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
-from certs.pki import issue_serving, new_ca
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, body, review
+from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.main import Server
 from webhook.resolver import OwnerCache
 from webhook.tls import CertReloader
 
 
 async def test_stop_finishes_the_review_in_flight(tmp_path: Path) -> None:
-    now = dt.datetime.now(dt.UTC)
-    ca = new_ca(common_name="t", now=now, days=1)
-    pair = issue_serving(ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, days=1)
-    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
-    (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    serving_files(tmp_path)
     owner = mk("Deployment", "d")
     source = MemorySource([owner], delay=0.5)  # a slow API server
     server = Server(
@@ -54,7 +47,7 @@ async def test_stop_finishes_the_review_in_flight(tmp_path: Path) -> None:
                 headers={"Content-Type": "application/json"},
             )
         )
-        await asyncio.sleep(0.2)  # the review is waiting on the slow GET
+        await asyncio.wait_for(source.asked.wait(), 10)  # the review waits on the slow GET
         server.request_stop("SIGTERM")
         assert server.readiness.shutting_down
         resp = await post

@@ -1,4 +1,4 @@
-"""In-memory owner sources and review builders for the webhook's unit tests.
+"""In-memory owner sources, review builders and set-ups for the webhook's unit tests.
 
 The integration tests (tests/integration/test_webhook.py) run the webhook
 against the real API server; these fakes only stand in for it where the
@@ -8,15 +8,24 @@ unit under test is our own code (HTTP edge, resolver, cache).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from aibom_core.kinds import group_kind_of
+from aiohttp import web
+
+from aibom_core.kinds import default_registry, group_kind_of
 from aibom_core.objects import Obj, OwnerRef
+from aibom_core.stamp import Keys
 from aibom_core.walk import Fetched, Reason
+from certs.pki import issue_serving, new_ca
+from webhook.app import Admitter, Readiness, make_app
+from webhook.metrics import Metrics
+from webhook.resolver import OwnerCache, Resolver
 
 
 class MemorySource:
@@ -28,6 +37,7 @@ class MemorySource:
         self.raise_for: set[str] = set()  # kinds whose GET raises (a bug or transport error)
         self.delay = delay
         self.gets: Counter[str] = Counter()
+        self.asked = asyncio.Event()  # set by the first GET
         for o in objs:
             self.add(o)
 
@@ -40,6 +50,7 @@ class MemorySource:
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
     ) -> Fetched:
         self.gets[owner.kind] += 1
+        self.asked.set()
         if self.delay:
             await asyncio.sleep(self.delay)
         if owner.kind in self.raise_for:
@@ -49,6 +60,28 @@ class MemorySource:
         gk = owner.group_kind
         found = self.objs.get((namespace, gk.group, gk.kind, owner.name))
         return Fetched(obj=found) if found is not None else Fetched(failure=Reason.NOT_FOUND)
+
+
+def admission_app(
+    source: MemorySource, *, cache_ttl: float = 0.0
+) -> tuple[web.Application, Metrics]:
+    """The webhook's aiohttp app over `source` (ready, a 0.5 s walk deadline) and its metrics."""
+    metrics = Metrics()
+    registry = default_registry()
+    resolver = Resolver(source, registry=registry, deadline=0.5, cache=OwnerCache(ttl=cache_ttl))
+    admitter = Admitter(resolver=resolver, registry=registry, keys=Keys(), metrics=metrics)
+    return make_app(admitter=admitter, metrics=metrics, readiness=Readiness(True, True)), metrics
+
+
+def serving_files(directory: Path) -> None:
+    """A CA (`ca.crt`) and its serving pair for localhost and 127.0.0.1 (`tls.crt`,
+    `tls.key`), valid for a day from now."""
+    now = dt.datetime.now(dt.UTC)
+    ca = new_ca(common_name="t", now=now, days=1)
+    pair = issue_serving(ca, dns_names=["localhost"], ips=["127.0.0.1"], now=now, days=1)
+    (directory / "tls.crt").write_bytes(pair.cert_pem)
+    (directory / "tls.key").write_bytes(pair.key_pem)
+    (directory / "ca.crt").write_bytes(ca.cert_pem)
 
 
 def review(
