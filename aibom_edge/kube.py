@@ -876,7 +876,7 @@ def _proxy_in_env() -> bool:
 
 
 def _dumps(obj: Any) -> bytes | str:
-    # orjson: 5-10x faster (issue 15); what it refuses (an int past 64 bits) the stdlib writes.
+    # orjson: 5-10x faster; what it refuses (an int past 64 bits) the stdlib writes.
     try:
         return orjson.dumps(obj)
     except TypeError:
@@ -885,7 +885,7 @@ def _dumps(obj: Any) -> bytes | str:
 
 def _loads(raw: bytes) -> Any:
     # orjson decodes list pages and watch events 2-3x faster than the stdlib
-    # (100,000 Pods at restart, issue 15). What it refuses (nesting past 1,024,
+    # (100,000 Pods at restart). What it refuses (nesting past 1,024,
     # a lone surrogate escape) goes to the stdlib parser, which decided before.
     try:
         return orjson.loads(raw)

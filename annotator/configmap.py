@@ -86,7 +86,7 @@ class DocLabels:
     @property
     def sources_hash(self) -> str:
         """What the document was built from: the UID and resourceVersion of every object
-        it reads, and the settings (`annotator.plan.sources_hash`); issue 15."""
+        it reads, and the settings (`annotator.plan.sources_hash`)."""
         return f"{self.prefix}sources-hash"
 
     @property
@@ -353,7 +353,7 @@ def sources_current(
 ) -> str | None:
     """The recorded input hash of a cached ConfigMap that was built from exactly these
     sources (`annotator.plan.sources_hash`), and is otherwise current as `is_current`
-    says; None when that cannot be told without computing the facts (issue 15)."""
+    says; None when that cannot be told without computing the facts."""
     if not sources_hash or cm is None or cm.get(FOREIGN_DATA):
         return None
     ann = _annotations(cm)

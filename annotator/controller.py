@@ -77,13 +77,13 @@ class Settings:
     keys: Keys = field(default_factory=Keys)
     namespace_label: tuple[str, str] = ("aibom.dev/enabled", "true")
     max_depth: int = DEFAULT_MAX_DEPTH
-    workers: int = 16  # issue 15: writes in flight; etcd batches concurrent writes
+    workers: int = 16  # writes in flight; etcd batches concurrent writes
     page_size: int = 500
     watch_timeout: int = 300
     rediscovery_interval: float = 30.0
     stamp_mode: str = "opted-in"
     stamp_settle: float = 2.0
-    write_qps: float = 500.0  # issue 15: a cap near the API server's own rate (docs)
+    write_qps: float = 500.0  # a cap near the API server's own rate (docs)
     write_burst: int = 500
     stamp_qps: float = 10.0
     stamp_burst: int = 50
@@ -324,7 +324,7 @@ class Controller:
         self._track_resync()
 
     def _track_resync(self) -> None:
-        """Report when the documents of this full resync are all reconciled (issue 15)."""
+        """Report when the documents of this full resync are all reconciled."""
         if self._resync_task is not None and not self._resync_task.done():
             return  # the pending one waits for the same queue to drain
         try:
@@ -585,7 +585,7 @@ class Controller:
             # The cache is built: freeze it out of the collector's generations (a
             # freeze moves them, it scans nothing) and collect again, so that the
             # garbage of the first resync's writes (10,000 requests at 10x, each
-            # leaving reference cycles) does not pile up until it ends (issue 15;
+            # leaving reference cycles) does not pile up until it ends (BENCHMARKS.md;
             # measured: the writes then add 6 MiB to the 512 MiB the cache holds).
             gc.freeze()
             gc.enable()

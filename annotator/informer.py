@@ -120,7 +120,7 @@ class Informer:
         self.slim = slim
         self.label_selector = label_selector
         # The cache keeps only the metadata of this kind (annotator.slim): ask
-        # the server for nothing more (PartialObjectMetadata), issue 15.
+        # the server for nothing more (PartialObjectMetadata).
         self.metadata_only = metadata_only
         self.page_size = page_size
         self.watch_timeout = watch_timeout

@@ -220,7 +220,7 @@ class Metrics:
             "edges count only with the webhook's edge-proof).",
             registry=r,
         )
-        # Issue 15: when did the leader's last full resync (start of leadership,
+        # When did the leader's last full resync (start of leadership,
         # RBAC/CRD change) converge: every key it queued reconciled.
         self.resync_completed = Gauge(
             "aibom_annotator_resync_completed_timestamp_seconds",

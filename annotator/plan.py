@@ -119,7 +119,7 @@ def sources_hash(view: RootView, salt: str) -> str:
 
     A document is a pure function of these (`aibom_core.bom.facts_of(view, registry)`):
     when a ConfigMap records the same sources hash, its content is what we would write,
-    and the facts need not be computed (a restart over 10,000 unchanged roots, issue 15).
+    and the facts need not be computed (a restart over 10,000 unchanged roots).
     """
     if not salt:
         return ""
@@ -253,7 +253,7 @@ def plan_sweep(state: ClusterState, key: SweepKey) -> SweepPlan:
             # Rolled up: the root's reconcile writes its document first and
             # then removes this one. (A root's own document is its own
             # reconcile's business: every full resync queues every root, and
-            # queueing it again here reconciled each root twice, issue 15.)
+            # queueing it again here reconciled each root twice.)
             requeue.add(root)
     return SweepPlan(key=key, deletes=tuple(sorted(deletes_)), requeue=tuple(sorted(requeue)))
 

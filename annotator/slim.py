@@ -258,7 +258,7 @@ def _statuses(items: Any) -> Any:
 
 def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:
     """Whether the cache keeps only the metadata of this kind (what `slimmer` does with it):
-    its informer then lists and watches PartialObjectMetadata (issue 15)."""
+    its informer then lists and watches PartialObjectMetadata."""
     return gk != POD and not registry.is_tracked(gk)
 
 

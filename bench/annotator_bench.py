@@ -32,7 +32,7 @@ Then it starts `aibom-rollup annotator` as a subprocess and measures, in order:
     new digest (watch event), for --updates Pods picked evenly, one at a time,
     while --churn-pods other Pods (default 1,000) are replaced continuously
     (delete, create, status with a new digest; --churn-rate per second);
-  - the write ceiling (issue 15): the annotator stopped, a bare client
+  - the write ceiling: the annotator stopped, a bare client
     (--ceiling-concurrency requests in flight, no rate limit) server-side
     applies as many ConfigMaps as there are documents, with the same data
     and annotations, into a namespace nobody watches: `write_ceiling_seconds`,

@@ -1,4 +1,4 @@
-"""Bytes per owner held by the webhook's owner index (issue 15; not a test).
+"""Bytes per owner held by the webhook's owner index (not a test).
 
 Builds `--owners` ReplicaSets as the API server sends them in a metadata-only
 list (PartialObjectMetadata: labels, annotations a real ReplicaSet carries,

@@ -1,4 +1,4 @@
-"""The peer, side by side (issue 15, goal 3): k8s-aibom on the annotator bench's cluster.
+"""The peer, side by side: k8s-aibom on the annotator bench's cluster.
 
 k8s-aibom (GoogleCloudPlatform/k8s-aibom, Apache-2.0, Go) is the published
 anchor for a runtime AI-BOM controller. This module builds it from the source

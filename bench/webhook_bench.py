@@ -14,7 +14,7 @@ control plane share the other), and drives AdmissionReviews:
   (b) through the real API server: server-side dry-run creates of the same
       Pods (POST ...?dryRun=All), with and without the webhook registered.
 
-  (c) issue 15, the owner cache cold: depth-4 Pods of `--chains` chains created
+  (c) the owner cache cold: depth-4 Pods of `--chains` chains created
       just before each run (real objects, new UIDs), against a webhook process
       started for that run, at 200/s: with the caches off, with the TTL cache
       (cold: every chain's first walk is 4 GETs), and with the owner index
@@ -419,7 +419,7 @@ def main() -> int:
         "--chains",
         type=int,
         default=64,
-        help="new depth-4 chains per run of the cold-cache rows (issue 15; default 64)",
+        help="new depth-4 chains per run of the cold-cache rows (default 64)",
     )
     ap.add_argument(
         "--only",
@@ -463,8 +463,8 @@ def main() -> int:
                 pin=pin,
             )
 
-        # The TTL-cache rows of issues 4 and 12 keep their meaning without the
-        # owner index (--no-owner-watch); issue 15 adds the index row.
+        # The TTL-cache rows of BENCHMARKS.md's Webhook sections keep their meaning without the
+        # owner index (--no-owner-watch); the index row is added.
         for cache_ttl, sar_ttl, watch in (
             ("5", "10", False),
             ("5", "0", False),
@@ -582,7 +582,7 @@ def main() -> int:
                         hook.unregister(kubectl)
                         time.sleep(2)
             hook.stop()
-        # Issue 15: depth-4 Pods of chains the webhook has not seen, each run
+        # Depth-4 Pods of chains the webhook has not seen, each run
         # against a freshly started process (nothing cached), at 200/s.
         cold_modes = (
             (

@@ -74,7 +74,7 @@ class Readiness:
     api_ok: bool = False
     shutting_down: bool = False
     detail: dict[str, str] = field(default_factory=dict)
-    # The watch-backed owner index settled (issue 15; True when there is none).
+    # The watch-backed owner index settled (True when there is none).
     owners_settled: bool = True
 
     @property

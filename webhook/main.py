@@ -327,7 +327,7 @@ async def _main(
                 on_restart=lambda gk, why: metrics.owner_watch_restarts.labels(str(gk), why).inc(),
             )
         server = Server(
-            # Owners' metadata only: the walk reads nothing else (issue 15).
+            # Owners' metadata only: the walk reads nothing else (the owner index).
             source=MetadataOwners(kube),
             metrics=metrics,
             owner_watch=owner_watch,

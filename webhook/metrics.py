@@ -84,7 +84,7 @@ class Metrics:
         )
         self.owner_watch_restarts = Counter(
             "aibom_webhook_owner_watch_restarts_total",
-            "Restarts of the owner index's watches (issue 15), by kind and reason: `closed` "
+            "Restarts of the owner index's watches, by kind and reason: `closed` "
             "(the server ended it; resumed), `expired` (410 Gone; relisted), "
             "`continue_expired`, `error`, `idle` (silent too long; resumed).",
             ["kind", "reason"],

@@ -1,4 +1,4 @@
-"""The watch-backed owner index (issue 15): owners answered from memory, not GETs.
+"""The watch-backed owner index: owners answered from memory, not GETs.
 
 With the TTL cache off or cold, every hop of a walk is a GET, in sequence (a
 depth-4 Pod: four round trips, p99 20 ms at 200/s on the benchmark machine).

@@ -41,8 +41,8 @@ seconds after the GET that returned it, and at most `size` of them (LRU).
   with the cached owner's (`mirror_agrees`), the first hop is not answered
   from the cache but by a fresh GET (which then refreshes the entry). Without
   it the webhook would revert the controller's copy, the controller would copy
-  again, and the two would loop until the entry expired. (Since issue 15 the
-  refusal re-walks every hop live: see "Re-walk" below.)
+  again, and the two would loop until the entry expired. (The
+  refusal now re-walks every hop live: see "Re-walk" below.)
 
 A second source of owners, before the TTL cache: the watch-backed index
 (`webhook.ownerwatch`, `--owner-watch`), the controller-owning kinds listed and

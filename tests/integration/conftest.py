@@ -111,7 +111,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _build_go_tools(session)
 
 
-# Issue 19: helm and promtool (tests/controlplane/gotools.py) for the modules
+# helm and promtool (tests/controlplane/gotools.py) for the modules
 # marked `gotools("helm", ...)`, built here for the same reason as the control
 # plane: a cold build takes minutes and must not count against a test's
 # timeout. A failure is not raised here: the module's fixture calls

@@ -1,4 +1,4 @@
-"""A minimal OpenID Connect identity provider, for tests only (issue 13: OIDC credentials).
+"""A minimal OpenID Connect identity provider, for tests only (OIDC credentials).
 
 An HTTPS server on loopback, in the test process, with its own CA (the
 harness's `_CA`). It serves what kube-apiserver and the `kubernetes`

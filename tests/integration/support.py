@@ -791,7 +791,7 @@ class Webhook:
                 "debug",
                 "--cert-check-interval",
                 "0.5",
-                # The edge-proof key `certs` wrote next to the certificate (issue 12).
+                # The edge-proof key `certs` wrote next to the certificate (provenance).
                 "--provenance-key",
                 str(self.dir / "provenance.key"),
                 *self.args,

@@ -1,4 +1,4 @@
-"""The annotator against the real control plane (design 005's Envtest list, and more).
+"""The annotator against the real control plane (docs/annotator.md, Tests).
 
 The annotator runs as a real process (`python -m aibom_rollup annotator`)
 under an identity bound to the ClusterRole shipped in

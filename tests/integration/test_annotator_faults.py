@@ -1,4 +1,4 @@
-"""The annotator under faults, against a real control plane of its own (issue 13).
+"""The annotator under faults, against a real control plane of its own.
 
 This module starts its own control plane (not the session one): its tests
 restart kube-apiserver and compact etcd, and the API server writes an audit

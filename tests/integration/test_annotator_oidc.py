@@ -1,4 +1,4 @@
-"""The annotator with OIDC credentials, against a real control plane of its own (issue 13).
+"""The annotator with OIDC credentials, against a real control plane of its own.
 
 kube-apiserver trusts a test identity provider (`tests.integration.oidc`,
 an HTTPS server in this process with its own CA) through structured

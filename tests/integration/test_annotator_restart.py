@@ -1,4 +1,4 @@
-"""A new annotator over documents that already exist (issue 15): failover and rollout.
+"""A new annotator over documents that already exist: failover and rollout.
 
 The annotator runs as a real process against the real control plane (the
 fixtures of tests/integration/test_annotator.py). Writes are counted with

@@ -1,5 +1,5 @@
 """The Helm chart: generated from the kustomize base, linted, rendered, dry-run on the real
-API server; the alert rules checked and unit-tested with promtool (issue 19).
+API server; the alert rules checked and unit-tested with promtool.
 
 helm (helm.sh/helm/v4) and promtool (github.com/prometheus/prometheus) are
 built from their Go modules (tests/controlplane/gotools.py), like the control
@@ -576,7 +576,7 @@ def test_install_then_upgrade_keeps_the_generated_certificate(
         return secret["data"], {w["clientConfig"]["caBundle"] for w in mwc["webhooks"]}
 
     def secrets() -> dict[str, Any]:
-        """Every Secret the chart made (the TLS pair; issue 12's provenance key once merged)."""
+        """Every Secret the chart made (the TLS pair; the provenance key)."""
         listed = yaml.safe_load(
             kubectl(
                 "get",

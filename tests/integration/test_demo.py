@@ -62,7 +62,7 @@ def test_make_demo(tmp_path: Path) -> None:
              "-n", "aibom-demo", "-l", "app.kubernetes.io/managed-by=aibom-rollup", "-o", "json"],
             capture_output=True, text=True, check=True, env=child_env(),
         )  # fmt: skip
-        # Issue 14: the demo's webhook answers only the API server (it stamped
+        # The demo's webhook answers only the API server (it stamped
         # everything above); a stranger without its client certificate gets 401.
         assert "callers authenticated" in out
         ctx = ssl.create_default_context()

@@ -84,7 +84,7 @@ def predictor_deployment(namespace: str, name: str, owner: Obj | None) -> Obj:
 def stamp(cp: ControlPlane, path: str) -> dict[str, str]:
     obj = get(cp, path) or {}
     ann = obj.get("metadata", {}).get("annotations") or {}
-    # The four stamp keys; the proofs (aibom.dev/*edge-proof) are issue 12's.
+    # The four stamp keys; the proofs (aibom.dev/*edge-proof) belong to provenance.
     return {
         k: v for k, v in ann.items() if k.startswith("aibom.dev/") and not k.endswith("edge-proof")
     }
@@ -178,7 +178,7 @@ def test_inference_service_is_a_root_with_its_raw_deployment_rolled_up(
                 for o in (get(control_plane, path) or {}).get("items", []):
                     ann = o["metadata"].get("annotations") or {}
                     key = f"{path.rsplit('/', 1)[1]}/{o['metadata']['name']}"
-                    # The four stamp keys (proofs, aibom.dev/*edge-proof, are issue 12's).
+                    # The four stamp keys (proofs, aibom.dev/*edge-proof, belong to provenance).
                     out[key] = {
                         k: v
                         for k, v in ann.items()

@@ -68,7 +68,7 @@ async def test_get_owner_maps_answers_to_walk_reasons(
 async def test_metadata_only_owner_get_list_and_watch(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    """Issue 15: owners' metadata only (PartialObjectMetadata), with the owner's
+    """Owners' metadata only (PartialObjectMetadata), with the owner's
     own apiVersion and kind, no spec; lists and watches the same."""
     body = {
         "apiVersion": "apps/v1",

@@ -1,4 +1,4 @@
-"""The real LeaderWorkerSet controller in the loop (issue 18).
+"""The real LeaderWorkerSet controller in the loop.
 
 Nothing of the LWS chain is played here: the LeaderWorkerSet controller
 (sigs.k8s.io/lws v0.9.0, built by tests/controlplane/lws and started by the
@@ -511,17 +511,17 @@ def test_rolling_update_moves_the_document_to_the_new_digests(
     wait_for("the LWS's status: 2 updated, 2 ready", updated, TIMEOUT, 0.5)
 
 
-# -- under issue 12's provenance guard -----------------------------------------------------
+# -- under the provenance guard (docs/provenance-guard.md) ---------------------------------
 
 GUARD = REPO_ROOT / "manifests" / "provenance"
 
 
 @pytest.fixture
 def guard(kubectl: Kubectl) -> Iterator[None]:
-    """Issue 12's provenance guard (ValidatingAdmissionPolicy + binding) applied as
+    """The provenance guard (ValidatingAdmissionPolicy + binding) applied as
     shipped; removed after the test, so that no other module runs under it."""
     if not (GUARD / "kustomization.yaml").is_file():
-        pytest.skip("issue 12's provenance guard (manifests/provenance) is not in this tree")
+        pytest.skip("the provenance guard (manifests/provenance) is not in this tree")
     kubectl("apply", "-k", str(GUARD))
     try:
         yield

@@ -1,4 +1,4 @@
-"""manifests/ builds with the real kustomize and the real API server accepts it (issue #6 §2).
+"""manifests/ builds with the real kustomize and the real API server accepts it.
 
 - The self-signed root (`manifests/`) builds once `aibom-rollup certs` has
   filled manifests/tls/ (done in a copy of the tree here, exactly as the
@@ -173,7 +173,7 @@ def test_root_carries_the_certs_files(self_signed: Path, built: list[Doc]) -> No
     }
     # The CA's private key never goes into the cluster.
     assert b"PRIVATE KEY" not in data["ca.crt"]
-    # The edge-proof key (issue 12): certs wrote it, both Deployments mount it.
+    # The edge-proof key (docs/provenance-guard.md): certs wrote it, both Deployments mount it.
     key_secret = only(built, "Secret", "aibom-rollup-provenance-key")
     assert (
         base64.b64decode(key_secret["data"]["provenance.key"])
@@ -224,7 +224,7 @@ def test_root_passes_a_server_side_dry_run(
         f"networkpolicy.networking.k8s.io/{WEBHOOK}",
         f"poddisruptionbudget.policy/{WEBHOOK}",
         f"secret/{WEBHOOK}-tls",
-        # The provenance guard (issue 12): the API server compiled its CEL.
+        # The provenance guard (docs/provenance-guard.md): the API server compiled its CEL.
         "validatingadmissionpolicy.admissionregistration.k8s.io/aibom-rollup-provenance",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/aibom-rollup-provenance",
     ):
@@ -237,7 +237,7 @@ def test_root_passes_a_server_side_dry_run(
 def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc]) -> None:
     docs = cert_manager_built
     # cert-manager writes the TLS Secret, not kustomize; kustomize only makes the
-    # provenance key's (issue 12: not a certificate).
+    # provenance key's (not a certificate).
     secrets = [d["metadata"]["name"] for d in of_kind(docs, "Secret")]
     assert secrets == ["aibom-rollup-provenance-key"], secrets
     svc = only(docs, "Service", WEBHOOK)
@@ -286,7 +286,7 @@ def test_cert_manager_overlay_wires_the_certificate(cert_manager_built: list[Doc
 def test_cert_manager_overlay_answers_only_the_api_servers_certificate(
     cert_manager_built: list[Doc],
 ) -> None:
-    """Issue 14: the webhook requires a client certificate of the serving CA, and the
+    """Only the API server: the webhook requires a client certificate of the serving CA, and the
     overlay issues the API server's one from that same CA."""
     dep = only(cert_manager_built, "Deployment", WEBHOOK)
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -362,8 +362,8 @@ def test_rbac_is_least_privilege(built: list[Doc]) -> None:
                 (g, r) for g in rule["apiGroups"] for r in rule["resources"]
             }
 
-    # The webhook reads (get; list/watch for its owner index, issue 15) and
-    # nothing else; provenance (issue 12) adds
+    # The webhook reads (get; list/watch for its owner index) and
+    # nothing else; provenance adds
     # SubjectAccessReviews (create: they read nothing) and two reads.
     provenance = {
         ("authorization.k8s.io", "subjectaccessreviews"): {"create"},

@@ -1,4 +1,4 @@
-"""Ownership provenance (issue 12) on the real control plane, with real identities.
+"""Ownership provenance on the real control plane, with real identities.
 
 The namespace is UNGUARDED: opted in for the webhook and the annotator, but
 labelled `aibom.dev/provenance-guard=disabled` (and this branch installs no

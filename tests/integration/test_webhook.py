@@ -415,7 +415,7 @@ def test_rotated_certificate_is_served_without_restart(
     assert webhook.metric("aibom_webhook_cert_reloads_total", {"result": "ok"}) >= 2
 
 
-# -- owners of kinds the registry does not know (issue 12) -----------------------------------
+# -- owners of kinds the registry does not know (provenance) ---------------------------------
 
 
 def test_owner_of_an_unknown_kind_is_not_an_edge(

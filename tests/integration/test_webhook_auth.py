@@ -1,4 +1,4 @@
-"""The API server as the only caller (issue 14 item 8), on a real control plane.
+"""The API server as the only caller (docs/webhook.md), on a real control plane.
 
 kube-apiserver is started with an AdmissionConfiguration whose
 WebhookAdmissionConfiguration kubeconfig names the webhook's host with a

@@ -1,4 +1,4 @@
-"""The webhook's watch-backed owner index (issue 15) against the real control plane.
+"""The webhook's watch-backed owner index against the real control plane.
 
 The webhook runs as a real process under the ClusterRole shipped in
 manifests/webhook/rbac.yaml, with the TTL cache off (`--owner-cache-ttl 0`:

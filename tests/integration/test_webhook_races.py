@@ -1,4 +1,4 @@
-"""Issue 14 on the real control plane: exact stamps when owners are re-created or race.
+"""The webhook on the real control plane: exact stamps when owners are re-created or race.
 
 - A ReplicaSet whose Deployment was deleted and re-created under the same
   name is `unresolved` (UIDMismatch), never mirrored from the new Deployment,
@@ -6,7 +6,7 @@
 - The real deployment controller copies a Deployment's new stamp onto its
   ReplicaSet while the webhook still caches the Deployment's previous
   resourceVersion: the copy is never reverted (no flip-flop).
-- Issue 15, late adoption: an owner gets its controller reference on UPDATE
+- Late adoption (the re-walk rule): an owner gets its controller reference on UPDATE
   while the webhook caches it ownerless; the annotator's repair of a child's
   stamp (an UPDATE carrying the new root) is not reverted from the cache.
 
@@ -274,7 +274,7 @@ def test_late_adoption_repair_is_not_reverted_by_the_cache(
     repaired = adopt(kubectl, ns, "dynamocomponentdeployment/comp", graph)
     assert stamp(kubectl_get(kubectl, ns, "dynamocomponentdeployment/comp")) == repaired
     # The annotator's repair of the Pod (what its walk computes; written the way
-    # it writes, an UPDATE of our keys). Before issue 15 the webhook answered it
+    # it writes, an UPDATE of our keys). Before the re-walk rule the webhook answered it
     # from the cached, ownerless component and reverted it to the component.
     kubectl(
         "annotate",

@@ -1,4 +1,4 @@
-"""`--annotation-prefix` is refused at start, by the webhook and the annotator alike (issue 14).
+"""`--annotation-prefix` is refused at start, by the webhook and the annotator alike.
 
 A prefix that is not a DNS-1123 subdomain + `/` makes every stamped key
 invalid: the API server would reject every patched object (every CREATE in

@@ -264,7 +264,7 @@ async def test_a_first_list_failing_too_long_is_degraded_not_waited_for() -> Non
 
 
 async def test_metadata_only_kinds_ask_for_partial_object_metadata_and_keep_their_kind() -> None:
-    """Issue 15: a kind the cache keeps as metadata is listed and watched as
+    """A kind the cache keeps as metadata is listed and watched as
     PartialObjectMetadata; the objects are filed under the informer's own kind."""
     partial = {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata"}
     script = Script(

@@ -142,7 +142,7 @@ def test_sweep_of_an_opted_in_namespace_hands_strays_to_their_root() -> None:
     assert [d.name for d in plan.deletes] == ["aibom-pod-l-0"]
     assert plan.requeue == (rk(lws),)
     # A root's own document is not handed back to it: the full resync that queued
-    # this sweep queued every root already (issue 15: each was reconciled twice).
+    # this sweep queued every root already (each was then reconciled twice).
     st.upsert(CONFIGMAP, doc_for(lws, "aibom-leaderworkerset-l"))
     st.upsert(CONFIGMAP, doc_for(sts, "aibom-statefulset-l", rv="4"))
     assert plan_sweep(st, SweepKey("ns")).requeue == (rk(lws),)
@@ -209,7 +209,7 @@ def test_replicaset_stamp_mirrors_its_deployment() -> None:
     assert plan.patch["metadata"]["annotations"]["aibom.dev/rollup"] == "root"
 
 
-# -- issue 15: the sources hash spares a restart the facts of unchanged roots --
+# -- the sources hash spares a restart the facts of unchanged roots --
 
 SALT = "salt"
 

@@ -1,4 +1,4 @@
-"""The annotator's trust rule (issue 12): guarded namespaces trust controller
+"""The annotator's trust rule: guarded namespaces trust controller
 references; elsewhere only the webhook's edge-proof does. Nothing unproven is absorbed."""
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def test_siblings_share_equal_parts_only() -> None:
     assert c["status"]["containerStatuses"] is not b["status"]["containerStatuses"]
     assert c["status"]["containerStatuses"] != b["status"]["containerStatuses"]
     assert c["spec"]["containers"] is b["spec"]["containers"]
-    # Issue 15: whole equal dicts too (the spec, the stamps, an equal status).
+    # Whole equal dicts too (the spec, the stamps, an equal status).
     assert a["spec"] is b["spec"] is c["spec"]
     assert a["status"] is b["status"] and c["status"] is not b["status"]
     assert a["metadata"]["annotations"] is b["metadata"]["annotations"]

@@ -138,7 +138,7 @@ def test_duplicate_uid_across_files_names_both_places() -> None:
 
 
 def test_cluster_scoped_owners_are_never_found_offline_as_live() -> None:
-    """Issue 14: one rule for the live walk and the offline scan. Owners are looked
+    """One rule for the live walk and the offline scan. Owners are looked
     up in the child's namespace; a cluster-scoped owner (a built-in kind, or any
     object an API server returned without a namespace) is NotFound on both paths."""
     from aibom_core.graph import build_graph

@@ -1,6 +1,6 @@
 """KServe InferenceService as a tracked root: model, storageUri, runtime, roll-up.
 
-On the code before issue 21 the InferenceService was walk-only: no document,
+On the code before it was a tracked root, the InferenceService was walk-only: no document,
 nothing read from its predictor; every test here fails there.
 """
 

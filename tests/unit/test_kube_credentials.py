@@ -119,7 +119,7 @@ async def test_proxy_environment_applies_only_without_proxy_url(
         assert "proxy" not in kube._conn_opts
 
 
-# -- OIDC (issue 13): the `oidc` auth-provider against a real HTTPS identity provider --
+# -- OIDC: the `oidc` auth-provider against a real HTTPS identity provider --
 
 
 class _Clock:

@@ -1,4 +1,4 @@
-"""Log injection (issue 14): hostile request data never forges a record or a field.
+"""Log injection: hostile request data never forges a record or a field.
 
 The webhook logs what strangers send (UIDs, namespaces, names, owner names in
 reasons, the reason a body was refused). Every such field is driven through

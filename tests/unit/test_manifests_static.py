@@ -1,4 +1,4 @@
-"""The shipped manifests, checked without a cluster (issue #6 §2).
+"""The shipped manifests, checked without a cluster.
 
 Security contexts, availability (replicas, PodDisruptionBudget, rollout,
 preStop, probes), that the numbers which must agree do (ports, deadlines,
@@ -238,7 +238,7 @@ def test_network_policy_admits_only_the_webhook_port() -> None:
 
 
 def test_network_policy_limits_the_webhooks_egress_to_the_api_and_dns() -> None:
-    """Issue 14: what can be restricted is; the API server's address cannot be pinned."""
+    """Only the API server: what can be restricted is; the API server's address cannot be pinned."""
     labels = _pod_labels(DEPLOYMENTS[WEBHOOK])
     (pol,) = [
         p

@@ -1,6 +1,6 @@
 """What counts as the served model: serving containers only, never a directory.
 
-Each rule has positive and negative rows. On the code before issue 21, an init
+Each rule has positive and negative rows. On the code before these rules, an init
 container's `--model` was the served model, `MODEL_PATH=/models/x` was a model
 identity, and a Triton `--model-repository` was ignored: those rows fail there.
 """

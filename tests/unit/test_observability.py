@@ -1,4 +1,4 @@
-"""The Grafana dashboard and the alert rules name only metrics the code exports (issue 19).
+"""The Grafana dashboard and the alert rules name only metrics the code exports.
 
 Every PromQL expression of `charts/aibom-rollup/dashboards/aibom-rollup.json`
 and `charts/aibom-rollup/rules/aibom-rollup.rules.yaml` is reduced to the

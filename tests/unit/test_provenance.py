@@ -1,4 +1,4 @@
-"""Ownership provenance in the core (issue 12): the edge-trust input, the
+"""Ownership provenance in the core: the edge-trust input, the
 `unproven` status, the edge proof, and the documents' new properties."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def test_edge_trust_table(case: Case) -> None:
     all_results = graph.resolve_all()
     for key in graph:
         assert all_results[key] == graph.resolve_key(key), key
-    # Without the trust input, the same objects roll up as before issue 12.
+    # Without the trust input, the same objects roll up as without provenance.
     assert build_graph(objs.values(), REG).resolve(objs["pod-forged"]).status is Rollup.ROLLED_UP
 
 

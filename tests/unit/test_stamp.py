@@ -171,7 +171,7 @@ def test_replicaset_mirrors_its_deployment() -> None:
 
 
 def test_replicaset_mirrors_only_a_deployment_that_passed_the_uid_check() -> None:
-    """Issue 14: a Deployment re-created under the same name is not the RS's controller."""
+    """A Deployment re-created under the same name is not the RS's controller."""
     from aibom_core.kinds import GroupKind
 
     stamped = {"aibom.dev/root": "Deployment/d", "aibom.dev/rollup": "root"}

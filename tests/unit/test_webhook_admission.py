@@ -166,7 +166,7 @@ def test_patch_escapes_the_prefix_and_a_tilde_prefix_is_refused() -> None:
     keys = Keys("a-b.dev/")
     ops = stamp_patch(mk("Pod", "p"), _stamp([], mk("Pod", "p")), keys=keys)
     assert any(op["path"] == "/metadata/annotations/a-b.dev~1rollup" for op in ops)
-    # `~` cannot be in an annotation key's prefix (issue 14: refused at start).
+    # `~` cannot be in an annotation key's prefix (refused at start).
     with pytest.raises(ValueError, match="DNS-1123"):
         Keys("a~b.dev/")
 

@@ -203,7 +203,7 @@ async def test_failed_hops_are_unresolved_counted_and_admitted(
 async def test_replicaset_of_a_recreated_deployment_is_unresolved_not_mirrored(
     hook: Hook,
 ) -> None:
-    """Issue 14: the mirror exception applies only to an owner that passed the UID check."""
+    """The mirror exception applies only to an owner that passed the UID check."""
     stamped = {"aibom.dev/root": "Deployment/d", "aibom.dev/rollup": "root"}
     old = mk("Deployment", "d")
     new = mk("Deployment", "d", gen=1, annotations=stamped)  # same name, new UID, stamped
@@ -284,7 +284,7 @@ async def test_health_ready_metrics(aiohttp_client: MakeClient) -> None:
 async def test_stale_cached_deployment_never_reverts_the_controllers_newer_copy(
     aiohttp_client: MakeClient,
 ) -> None:
-    """Issue 14: a ReplicaSet carrying its Deployment's newer stamp is not reverted
+    """A ReplicaSet carrying its Deployment's newer stamp is not reverted
     to the one of the Deployment's cached (older) resourceVersion."""
     source = MemorySource()
     app, metrics = admission_app(source, cache_ttl=600)
@@ -328,7 +328,7 @@ async def test_stale_cached_deployment_never_reverts_the_controllers_newer_copy(
 @pytest.mark.parametrize(
     "data",
     [
-        b"[" * 200_000,  # issue 14: was an HTTP 500 (RecursionError in the parser)
+        b"[" * 200_000,  # was an HTTP 500 (RecursionError in the parser)
         b'{"a":' * 200_000,
         b"[" * 1025 + b"]" * 1025,  # complete, but past the depth limit
         # Parses, but a value nested 1,000 deep must not reach an encoder's

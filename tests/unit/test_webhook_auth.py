@@ -1,4 +1,4 @@
-"""Strangers get no answer (issue 14 item 8): the caller authenticated by client
+"""Strangers get no answer: the caller authenticated by client
 certificate and/or bearer token, on the real listening server with real TLS."""
 
 from __future__ import annotations

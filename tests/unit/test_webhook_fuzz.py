@@ -1,4 +1,4 @@
-"""Fuzz: malformed and hostile AdmissionReviews through the real HTTP edge (issue 14 item 9).
+"""Fuzz: malformed and hostile AdmissionReviews through the real HTTP edge.
 
 A seeded, deterministic few thousand of tests/unit/review_fuzz.py's bodies
 (the benchmark bench/webhook_fuzz.py sends 100,000 to the real process):

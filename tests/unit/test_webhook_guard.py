@@ -1,4 +1,4 @@
-"""Slowloris and connection floods against the real listening server (issue 14 item 5).
+"""Slowloris and connection floods against the real listening server.
 
 Raw TLS sockets on loopback: a half-sent head or body is cut off within the
 bound; a plain TCP client that never starts TLS too; and a flood of slow

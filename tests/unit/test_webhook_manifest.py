@@ -45,13 +45,13 @@ def test_rbac_grants_get_on_every_walked_kind_and_nothing_else() -> None:
     granted = _covered(walk)
     reg = default_registry()
     assert granted == _want(reg.tracked | reg.walk_only)
-    # get on every walked kind; list/watch (the owner index, issue 15) on exactly
+    # get on every walked kind; list/watch (the owner index) on exactly
     # the kinds it watches: all but Pods.
     indexed = _covered([r for r in walk if set(r["verbs"]) == {"get", "list", "watch"}])
     assert indexed == _want(frozenset(owner_kinds(reg)))
     assert ("", "pods") not in indexed
     assert {v for rule in walk for v in rule["verbs"]} == {"get", "list", "watch"}
-    # Provenance (issue 12): exactly these three rules besides the walk's.
+    # Provenance: exactly these three rules besides the walk's.
     assert [r for r in role["rules"] if r in PROVENANCE_RULES] == PROVENANCE_RULES
 
 

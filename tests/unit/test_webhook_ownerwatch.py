@@ -1,4 +1,4 @@
-"""The watch-backed owner index (issue 15) and the re-walk rule, without a server.
+"""The watch-backed owner index and the re-walk rule, without a server.
 
 The index's list/watch lifecycle runs against the real API server in
 tests/integration/test_webhook_ownerwatch.py; here: what an entry keeps, that

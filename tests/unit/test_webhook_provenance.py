@@ -1,4 +1,4 @@
-"""The webhook's provenance check (issue 12): SubjectAccessReview verdicts and their
+"""The webhook's provenance check: SubjectAccessReview verdicts and their
 cache, the edge-proof it writes, and UPDATEs that keep the reference."""
 
 from __future__ import annotations
