@@ -2,8 +2,9 @@
 
 A root is a tracked object whose own walk says `root` or `unresolved` (a
 tracked object whose walk failed before any tracked ancestor is reported as
-its own root, design §1). Its members are the tracked descendants and Pods
-whose own walk ends at it (`OwnershipGraph.members`).
+its own root; docs/architecture.md, The owner walk). Its members are the
+tracked descendants and Pods whose own walk ends at it
+(`OwnershipGraph.members`).
 """
 
 from __future__ import annotations

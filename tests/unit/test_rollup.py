@@ -1,4 +1,4 @@
-"""Descendant closure and roots (design §2), as tables over in-memory graphs."""
+"""Descendant closure and roots (docs/architecture.md), as tables over in-memory graphs."""
 
 from __future__ import annotations
 

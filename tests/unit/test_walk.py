@@ -1,4 +1,4 @@
-"""The upward walk (design §1), as tables over in-memory graphs."""
+"""The upward walk (docs/architecture.md, The owner walk), as tables over in-memory graphs."""
 
 from __future__ import annotations
 
