@@ -861,18 +861,19 @@ def _raise_on_error_event(path: str, event: Any) -> None:
     )
 
 
+# The variables aiohttp's trust_env reads for a proxy.
+PROXY_VARIABLES = (
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+)
+
+
 def _proxy_in_env() -> bool:
-    return any(
-        os.environ.get(name)
-        for name in (
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        )
-    )
+    return any(os.environ.get(name) for name in PROXY_VARIABLES)
 
 
 def _dumps(obj: Any) -> bytes | str:

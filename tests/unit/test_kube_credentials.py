@@ -98,14 +98,7 @@ async def test_proxy_environment_applies_only_without_proxy_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:6443"}, {"token": "t"})
-    for name in (
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ):
+    for name in kube_module.PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     async with Kube(_load_credentials(str(path), None)) as kube:
         assert kube._session is not None and not kube._session.trust_env
