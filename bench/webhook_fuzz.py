@@ -20,14 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import ssl
 import sys
 import tempfile
-import time
 import uuid
-from collections import Counter
 from pathlib import Path
-
-import aiohttp
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -37,60 +34,30 @@ from webhook_process import start_webhook  # noqa: E402
 from tests.controlplane import ControlPlane  # noqa: E402
 from tests.integration.support import Webhook, shipped_role  # noqa: E402
 from tests.integration.support import grant_webhook as grant  # noqa: E402
-from tests.unit.review_fuzz import bodies, check_answer  # noqa: E402
+from tests.unit.review_fuzz import rss_mib, send_reviews  # noqa: E402
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-async def drive(url: str, ctx: object, pid: int, args: argparse.Namespace) -> dict[str, object]:
-    classes: Counter[str] = Counter()
-    failures: list[str] = []
-    rss: list[tuple[int, float]] = []
+async def drive(
+    url: str, ctx: ssl.SSLContext, pid: int, args: argparse.Namespace
+) -> dict[str, object]:
     marks = {max(1, args.count // 50)} | {args.count * q // 4 for q in (1, 2, 3)}
-    queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=64)
-    done = 0
-    timeout = aiohttp.ClientTimeout(total=60)
-    connector = aiohttp.TCPConnector(ssl=ctx, limit=args.concurrency)  # type: ignore[arg-type]
-
-    async def worker(http: aiohttp.ClientSession) -> None:
-        nonlocal done
-        while (item := await queue.get()) is not None:
-            i, data = item
-            try:
-                async with http.post(
-                    url, data=data, headers={"Content-Type": "application/json"}
-                ) as resp:
-                    answer = await resp.read()
-                    classes[check_answer(data, resp.status, resp.content_type, answer)] += 1
-            except Exception as exc:  # the oracle's verdict, or a dropped connection
-                failures.append(f"case {i}: {type(exc).__name__}: {str(exc)[:200]}")
-            done += 1
-            if done in marks:
-                rss.append((done, rss_mib(pid)))
-
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        workers = [asyncio.create_task(worker(http)) for _ in range(args.concurrency)]
-        began = time.monotonic()
-        for item in bodies(args.seed, args.count):
-            await queue.put(item)
-        for _ in workers:
-            await queue.put(None)
-        await asyncio.gather(*workers)
-        wall = time.monotonic() - began
-    rss.append((done, rss_mib(pid)))
+    run = await send_reviews(
+        url,
+        ctx,
+        seed=args.seed,
+        count=args.count,
+        concurrency=args.concurrency,
+        pid=pid,
+        marks=marks,
+    )
     return {
         "count": args.count,
         "seed": args.seed,
-        "classes": dict(classes),
-        "failures": len(failures),
-        "failure_examples": failures[:5],
-        "wall_s": round(wall, 1),
-        "rss_mib": [(n, round(m, 1)) for n, m in sorted(rss)],
+        "classes": dict(run.classes),
+        "failures": len(run.failures),
+        "failure_examples": run.failures[:5],
+        "wall_s": round(run.wall, 1),
+        "rss_mib": [(n, round(m, 1)) for n, m in sorted(run.rss.items())],
     }
 
 

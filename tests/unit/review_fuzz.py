@@ -15,11 +15,18 @@ ownerReference lists, hostile names, owner chains with cycles).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
-from collections.abc import Iterator
+import ssl
+import time
+from collections import Counter
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 API = "admission.k8s.io/v1"
 KINDS = [
@@ -331,3 +338,71 @@ def check_answer(sent: bytes, status: int, content_type: str, answer: bytes) -> 
     patched = apply_patch(req["object"], ops)
     assert isinstance(patched["metadata"]["annotations"], dict)
     return "patched"
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident set (VmRSS), MiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise ValueError(f"no VmRSS for process {pid}")
+
+
+@dataclass
+class FuzzRun:
+    """What `send_reviews` saw: answers by class, failures, RSS samples, wall time."""
+
+    classes: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    rss: dict[int, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+
+async def send_reviews(
+    url: str,
+    ctx: ssl.SSLContext,
+    *,
+    seed: int,
+    count: int,
+    concurrency: int,
+    pid: int,
+    marks: Collection[int],
+) -> FuzzRun:
+    """POST `bodies(seed, count)` to a webhook over `concurrency` keep-alive
+    connections, check every answer with `check_answer`, and sample the
+    process's RSS when `marks` answers are in (the bench's 100,000 and the
+    memory test's 3,000)."""
+    run = FuzzRun()
+    queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=64)
+    done = 0
+
+    async def worker(http: aiohttp.ClientSession) -> None:
+        nonlocal done
+        while (item := await queue.get()) is not None:
+            i, data = item
+            try:
+                async with http.post(
+                    url, data=data, headers={"Content-Type": "application/json"}
+                ) as resp:
+                    answer = await resp.read()
+                    run.classes[check_answer(data, resp.status, resp.content_type, answer)] += 1
+            except Exception as exc:  # the oracle's verdict, or a dropped connection
+                run.failures.append(f"case {i}: {type(exc).__name__}: {str(exc)[:200]}")
+            done += 1
+            if done in marks:
+                run.rss[done] = rss_mib(pid)
+
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=concurrency)
+    began = time.monotonic()
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        workers = [asyncio.create_task(worker(http)) for _ in range(concurrency)]
+        for item in bodies(seed, count):
+            await queue.put(item)
+        for _ in workers:
+            await queue.put(None)
+        await asyncio.gather(*workers)
+    run.wall = time.monotonic() - began
+    run.rss[done] = rss_mib(pid)
+    return run
