@@ -39,6 +39,9 @@ from tests.controlplane import (
     bind_rules,
     child_env,
 )
+from tests.controlplane import (
+    owner_reference as controller_reference,
+)
 from tests.integration import support
 from tests.integration.support import crd, cronjob, token_kubeconfig
 
@@ -60,13 +63,10 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 def ref(obj: Obj, *, controller: bool = True) -> Obj:
     """A controller ownerReference to obj, without blockOwnerDeletion (the guard's forgery)."""
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": controller,
-    }
+    forged = controller_reference(obj)
+    del forged["blockOwnerDeletion"]
+    forged["controller"] = controller
+    return forged
 
 
 def pod(ns: str, name: str, *refs: Obj, **annotations: str) -> Obj:
