@@ -285,13 +285,12 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
         _print_json({"roots": summaries}, out)
         return 0
     out_dir = Path(args.output)
-    for entry in roots:  # every name is checked before anything is written
-        _file_name(entry, out_dir)
+    # Every file name is checked before anything is written.
+    named = [(entry, *_file_name(entry, out_dir)) for entry in roots]
 
-    def write(share: Sequence[RootEntry]) -> tuple[int, int]:
+    def write(share: Sequence[_Named]) -> tuple[int, int]:
         with _Documents(out_dir) as documents:
-            for entry in share:
-                namespace, name = _file_name(entry, out_dir)
+            for entry, namespace, name in share:
                 facts = facts_of(entry.view, registry, cache=cache)
                 digest = input_hash(facts, tool_version=version)
                 data = render(facts, tool_version=version, digest=digest)
@@ -303,7 +302,7 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
                     ) from None
         return documents.written, documents.unchanged
 
-    written, unchanged = _in_parallel(write, roots, jobs=_jobs(args.jobs, len(roots)))
+    written, unchanged = _in_parallel(write, named, jobs=_jobs(args.jobs, len(named)))
     print(
         f"wrote {written} AIBOM document(s) under {out_dir}"
         + (f" ({unchanged} more unchanged)" if unchanged else ""),
@@ -312,6 +311,8 @@ def cmd_scan(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# A root and its document's file: namespace folder and file name.
+_Named = tuple[RootEntry, str, str]
 # Below this many roots a second process costs more than it saves.
 _MIN_ROOTS_PER_JOB = 500
 
@@ -326,8 +327,8 @@ def _jobs(wanted: int | None, roots: int) -> int:
 
 
 def _in_parallel(
-    work: Callable[[Sequence[RootEntry]], tuple[int, int]],
-    roots: Sequence[RootEntry],
+    work: Callable[[Sequence[_Named]], tuple[int, int]],
+    roots: Sequence[_Named],
     *,
     jobs: int,
 ) -> tuple[int, int]:
@@ -335,50 +336,49 @@ def _in_parallel(
     each other one in a forked child, which inherits the graph and the facts
     cache as they are (copy on write; `gc.freeze` keeps the collector from
     touching, hence copying, them). A child reports its two counts, or its
-    error's text, through a pipe. Each document is written by exactly one
-    process, atomically, with the same bytes whichever it is: the output does
-    not depend on `jobs`. The first error (in share order) is raised here."""
+    error, through a pipe. Each document is written by exactly one process,
+    atomically, with the same bytes whichever it is: the output does not
+    depend on `jobs`. The first error (in share order) is raised here, as the
+    one process would have raised it: a UsageError as such, anything else as
+    an internal error."""
     if jobs <= 1 or not hasattr(os, "fork"):
         return work(roots)
     size = -(-len(roots) // jobs)
     shares = [roots[i : i + size] for i in range(0, len(roots), size)]
     gc.freeze()
     children: list[tuple[int, int]] = []
+    reports: list[Any] = []
     try:
         for share in shares[1:]:
             read_end, write_end = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: never returns
                 os.close(read_end)
-                code = 0
                 try:
                     report = orjson.dumps(work(share))
                 except UsageError as exc:
-                    report, code = orjson.dumps({"error": str(exc)}), 2
+                    report = orjson.dumps({"usage": str(exc)})
                 except BaseException as exc:
-                    report, code = orjson.dumps({"error": f"{type(exc).__name__}: {exc}"}), 1
+                    report = orjson.dumps({"internal": f"{type(exc).__name__}: {exc}"})
                 with contextlib.suppress(OSError):
                     os.write(write_end, report)
-                os._exit(code)
+                os._exit(0)
             os.close(write_end)
             children.append((pid, read_end))
         written, unchanged = work(shares[0])
     finally:
-        errors: list[str] = []
-        results: list[Any] = []
         for pid, read_end in children:
             with os.fdopen(read_end, "rb") as pipe:
                 raw = pipe.read()
             os.waitpid(pid, 0)
-            results.append(orjson.loads(raw) if raw else {"error": "a writer process died"})
+            reports.append(orjson.loads(raw) if raw else {"internal": "a writer process died"})
         gc.unfreeze()
-    for result in results:
-        if isinstance(result, dict):
-            errors.append(str(result["error"]))
-        else:
-            written, unchanged = written + result[0], unchanged + result[1]
-    if errors:
-        raise UsageError(errors[0])
+    for report in reports:
+        if isinstance(report, dict):
+            if "usage" in report:
+                raise UsageError(report["usage"])
+            raise RuntimeError(f"a writer process failed: {report['internal']}")
+        written, unchanged = written + report[0], unchanged + report[1]
     return written, unchanged
 
 

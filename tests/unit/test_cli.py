@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -419,3 +420,24 @@ def test_scan_a_failing_writer_process_is_one_line_and_nothing_is_left_behind(
     assert len(err) == 1 and err[0].startswith("aibom-rollup: error: ") and "ns-2" in err[0], err
     leftovers = [p.name for p in out.rglob("*") if p.name.startswith(".")]
     assert leftovers == []
+
+
+def test_scan_a_bug_in_a_writer_process_is_an_internal_error_as_in_one_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aibom_core import bom
+    from aibom_rollup import cli
+
+    real = bom.render
+
+    def broken(facts: Any, **kw: Any) -> bytes:
+        if "web-11" in str(facts):  # in the last share: a child's root
+            raise ValueError("a bug")
+        return real(facts, **kw)
+
+    monkeypatch.setattr(cli, "render", broken)
+    dump = _many_roots(tmp_path)
+    for jobs in ("1", "3"):
+        assert main(["scan", str(dump), "-o", str(tmp_path / jobs), "-j", jobs]) == 1
+        err = capsys.readouterr().err
+        assert "internal error" in err and "a bug" in err, err
