@@ -427,14 +427,21 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
-    """SIGTERM to the process group (SIGKILL after 30 s), and end the watch (bench/peer.py)."""
+async def terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM to the process group, SIGKILL after 30 s; returns once it exited."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
         await asyncio.wait_for(proc.wait(), 30)
     except TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
+    """`terminate` the process and end the watch (bench/peer.py)."""
+    await terminate(proc)
     if watch.task:
         watch.task.cancel()
 
@@ -569,14 +576,7 @@ class AnnotatorProcess:
 
     async def stop(self) -> None:
         self._ready_task.cancel()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), 30)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            await self.proc.wait()
+        await terminate(self.proc)
 
 
 async def create_namespace(kube: Kube, name: str, labels: dict[str, str]) -> None:
