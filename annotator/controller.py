@@ -25,7 +25,6 @@ import gc
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,8 +172,6 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        self.reconciles = 0
-        self.on_written: Callable[[Obj], None] | None = None  # test/bench hook
         # The last verdict on each root (current-state gauges; the leader's view).
         self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
         self._key_published = asyncio.Lock()
@@ -648,7 +645,6 @@ class Controller:
                 self.metrics.errors.labels("reconcile").inc()
                 log.exception("reconcile crashed (a bug); will retry", extra={"key": str(key)})
             finally:
-                self.reconciles += 1
                 self.docs.done(key)
                 self.metrics.reconcile_duration.labels("documents", result).observe(
                     time.perf_counter() - started
@@ -763,8 +759,6 @@ class Controller:
         )
         if payload.encoding != "json":
             await self._report_size(plan, payload)
-        if self.on_written is not None:
-            self.on_written(stored)
 
     def _signed_by(self) -> str:
         return self.signing.key.kid if self.signing is not None else ""

@@ -72,9 +72,6 @@ class LeaderElector:
             f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases/{config.name}"
         )
         self._collection = f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases"
-        self.holder = ""
-        self.renewals = 0
-        self.transitions: list[tuple[float, bool, str]] = []  # (clock, leading, why)
 
     # -- the fence -------------------------------------------------------------------
 
@@ -93,7 +90,6 @@ class LeaderElector:
         if leading == self._leading:
             return
         self._leading = leading
-        self.transitions.append((self._clock(), leading, why))
         log.info(
             "started leading" if leading else "stopped leading",
             extra={"identity": self.config.identity, "lease": self._path, "why": why},
@@ -143,7 +139,6 @@ class LeaderElector:
                 self._obs, config=self.config, now=self._clock(), wall=micro_time(self._wall())
             )
             if isinstance(decision, Wait):
-                self.holder = decision.holder
                 self._set(False, f"the Lease is held by {decision.holder}")
                 return
             if decision.create:
@@ -159,8 +154,6 @@ class LeaderElector:
                 # Measured from before the read: the server stored our renewal
                 # no earlier than that, so a standby's wait starts no earlier.
                 self._valid_until = started + self.config.renew_deadline
-                self.renewals += 1
-                self.holder = self.config.identity
                 if self._clock() < self._valid_until:
                     self._set(True, "acquired the Lease" if decision.acquiring else "renewed")
             elif resp.status == 409:

@@ -209,10 +209,6 @@ class WorkQueue(Generic[K]):
         self._drop_stale()
         return len(self._queue) + len(self._ready_at)
 
-    @property
-    def processing(self) -> int:
-        return len(self._processing)
-
     def idle(self) -> bool:
         """Nothing queued, delayed or in progress."""
         return not self._queue and not self._processing and len(self) == 0

@@ -53,7 +53,6 @@ class Review:
     sub_resource: str
     obj: Obj | None
     old_obj: Obj | None
-    dry_run: bool
     # request.userInfo, raw (provenance: who set the controller reference).
     user_info: dict[str, Any] | None = None
 
@@ -143,7 +142,6 @@ def parse_review(body: bytes) -> Review:
         sub_resource=_str_field(req, "subResource", required=False),
         obj=obj if isinstance(obj, dict) else None,
         old_obj=old if isinstance(old, dict) else None,
-        dry_run=req.get("dryRun") is True,
         user_info=req["userInfo"] if isinstance(req.get("userInfo"), dict) else None,
     )
 

@@ -25,7 +25,8 @@ from annotator.writer import NotLeader, Writer
 from tests.unit.fakeclock import FakeClock
 
 CFG = ElectionConfig(identity="me", namespace="sys", name="lock")
-PATH = "/apis/coordination.k8s.io/v1/namespaces/sys/leases/lock"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/sys/leases"
+PATH = f"{LEASES}/lock"
 
 
 class LeaseApi:
@@ -124,19 +125,28 @@ async def test_no_write_after_the_renew_deadline_even_mid_step() -> None:
 async def test_the_watchdog_stops_the_workers_at_the_deadline_not_when_the_step_ends() -> None:
     api, clock = LeaseApi(), FakeClock()
     changes: list[bool] = []
+    changed_at: list[float] = []
+
+    def on_change(leading: bool) -> None:
+        changes.append(leading)
+        changed_at.append(clock.now())
+
     el = elector(api, clock, changes)
+    el.on_change = on_change
     run = asyncio.create_task(el.run())
     await clock.settle()
     assert changes == [True]
     await clock.advance(4.0)  # two renewals
-    assert el.renewals == 3
+    # What the API server saw: the Lease created, then renewed twice (each stored).
+    lease_writes = [m for m, path, _ in api.calls if path.startswith(LEASES) and m != "GET"]
+    assert lease_writes == ["POST", "PUT", "PUT"] and api.rv == 3
     api.hang = True
     renewed_at = 4.0  # the last successful renewal started then
     await clock.advance(renewed_at + CFG.renew_deadline - clock.t - 0.2)
     assert changes == [True]
     await clock.advance(0.3)
     assert changes == [True, False], "on_change(False) did not come at the deadline"
-    assert el.transitions[-1][0] == pytest.approx(renewed_at + CFG.renew_deadline, abs=0.11)
+    assert changed_at[-1] == pytest.approx(renewed_at + CFG.renew_deadline, abs=0.11)
     run.cancel()
     await asyncio.gather(run, return_exceptions=True)
 

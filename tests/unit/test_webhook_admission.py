@@ -94,7 +94,7 @@ def test_parse_reads_what_the_webhook_needs() -> None:
         "ns",
         "p",
     )
-    assert r.sub_resource == "status" and r.dry_run and r.obj == obj and r.old_obj == obj
+    assert r.sub_resource == "status" and r.obj == obj and r.old_obj == obj
     assert not r.stampable  # a subresource write is never stamped
 
 
