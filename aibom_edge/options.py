@@ -14,6 +14,8 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import BaseModel, ValidationError
+
 from aibom_core.kinds import KindRegistry, RegistryError, default_registry, registry_from_config
 from aibom_core.provenance import ProvenanceKeyError, parse_key
 from aibom_core.stamp import DEFAULT_PREFIX, Keys
@@ -22,6 +24,7 @@ from aibom_edge.logs import FORMATS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _N = TypeVar("_N", int, float)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class UsageError(Exception):
@@ -120,19 +123,28 @@ def positive_int(text: str) -> int:
     return _positive(value, text)
 
 
-def positive_float(text: str) -> float:
-    """An argparse type: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    return _positive(value, text)
-
-
 def _positive(value: _N, text: str) -> _N:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
+
+
+def flags_in_bounds(model: type[_M], args: argparse.Namespace) -> _M:
+    """`args` checked against `model`, whose field `write_qps` is the flag `--write-qps`.
+
+    UsageError naming the first flag out of its bounds; a model validator's
+    ValueError (flags that do not fit together) is shown as its message,
+    which names the flags itself.
+    """
+    try:
+        return model.model_validate(vars(args))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if not error["loc"]:
+            raise UsageError(error["msg"].removeprefix("Value error, ")) from None
+        flag = "--" + str(error["loc"][0]).replace("_", "-")
+        why = error["msg"].replace("Input should be", "must be")
+        raise UsageError(f"{flag} {why}, got {error['input']!r}") from None
 
 
 def command_parser(

@@ -24,6 +24,9 @@ import logging
 import os
 import signal
 import socket
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aibom_edge import logs
 from aibom_edge.kube import Kube, KubeError
@@ -32,9 +35,8 @@ from aibom_edge.options import (
     add_cluster_options,
     add_core_options,
     add_log_options,
+    flags_in_bounds,
     keys_of,
-    positive_float,
-    positive_int,
     provenance_key_of,
     registry_of,
     tool_version,
@@ -58,8 +60,6 @@ def _default_identity() -> str:
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    pos_int, pos_float = positive_int, positive_float
-
     api = p.add_argument_group("cluster")
     add_cluster_options(api)
     api.add_argument(
@@ -96,30 +96,32 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     lead.add_argument(
         "--lease-duration",
-        type=pos_float,
-        default=15.0,
+        type=int,
+        default=15,
         metavar="S",
-        help="seconds a standby waits on a silent leader (default: 15)",
+        help="whole seconds a standby waits on a silent leader (the Lease's "
+        "leaseDurationSeconds; more than --renew-deadline; default: 15)",
     )
     lead.add_argument(
         "--renew-deadline",
-        type=pos_float,
+        type=float,
         default=10.0,
         metavar="S",
-        help="the leader steps down after failing to renew this long (default: 10)",
+        help="the leader steps down after failing to renew this long (less than "
+        "--lease-duration; default: 10)",
     )
     lead.add_argument(
         "--retry-period",
-        type=pos_float,
+        type=float,
         default=2.0,
         metavar="S",
-        help="seconds between Lease reads/renewals (default: 2)",
+        help="seconds between Lease reads/renewals (less than --renew-deadline; default: 2)",
     )
 
     work = p.add_argument_group("work")
     work.add_argument(
         "--workers",
-        type=pos_int,
+        type=int,
         default=16,
         metavar="N",
         help="concurrent document reconciles, and so at most this many document writes in "
@@ -127,7 +129,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--write-qps",
-        type=pos_float,
+        type=float,
         default=500.0,
         metavar="QPS",
         help="API writes per second, all kinds together (default: 500). A cap, not a "
@@ -136,7 +138,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--write-burst",
-        type=pos_int,
+        type=int,
         default=500,
         metavar="N",
         help="burst of --write-qps (default: 500)",
@@ -150,14 +152,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--stamp-qps",
-        type=pos_float,
+        type=float,
         default=10.0,
         metavar="QPS",
         help="stamp repair patches per second (default: 10)",
     )
     work.add_argument(
         "--stamp-burst",
-        type=pos_int,
+        type=int,
         default=50,
         metavar="N",
         help="burst of --stamp-qps (default: 50)",
@@ -172,7 +174,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--rediscovery-interval",
-        type=pos_float,
+        type=float,
         default=30.0,
         metavar="S",
         help="seconds between API discovery runs: CRDs installed later are "
@@ -180,7 +182,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--sync-timeout",
-        type=pos_float,
+        type=float,
         default=30.0,
         metavar="S",
         help="a kind whose first list still fails after this long stops holding up the "
@@ -188,30 +190,31 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     work.add_argument(
         "--page-size",
-        type=pos_int,
+        type=int,
         default=500,
         metavar="N",
         help="objects per LIST page (default: 500)",
     )
     work.add_argument(
         "--max-document-bytes",
-        type=pos_int,
+        type=int,
         default=MAX_DATA_BYTES,
         metavar="N",
         help="ConfigMap data budget: larger documents are gzip-compressed, and cut (with "
         "aibom.truncated properties and an Event) if even that does not fit (default: "
-        "%(default)s, the API server's 1 MiB limit; lower it to test or to leave room)",
+        "%(default)s, the API server's 1 MiB limit and the most allowed; lower it to test "
+        f"or to leave room, down to {MIN_DOCUMENT_BYTES})",
     )
     work.add_argument(
         "--watch-timeout",
-        type=pos_int,
+        type=int,
         default=300,
         metavar="S",
         help="server-side watch timeout before a resume (default: 300)",
     )
     work.add_argument(
         "--watch-idle-timeout",
-        type=pos_float,
+        type=float,
         default=90.0,
         metavar="S",
         help="a watch that sends nothing (no event, no bookmark) for this long is taken "
@@ -269,13 +272,61 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     add_core_options(p)
 
 
+# A document cut to no components still carries its root and the truncation
+# note (~0.5 KiB gzip-compressed; more with long names or a signature).
+MIN_DOCUMENT_BYTES = 2048
+
+
+class Limits(BaseModel):
+    """The bounds of the annotator's numeric flags (field `write_qps` is `--write-qps`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+    workers: int = Field(ge=1)
+    write_qps: float = Field(gt=0)
+    write_burst: int = Field(ge=1)  # the bucket reserves: any burst >= 1 keeps the rate
+    stamp_qps: float = Field(gt=0)
+    stamp_burst: int = Field(ge=1)
+    stamp_settle: float = Field(ge=0)
+    rediscovery_interval: float = Field(gt=0)
+    sync_timeout: float = Field(gt=0)
+    page_size: int = Field(ge=1)
+    max_document_bytes: int = Field(ge=MIN_DOCUMENT_BYTES, le=MAX_DATA_BYTES)
+    watch_timeout: int = Field(ge=1, le=3600)
+    watch_idle_timeout: float = Field(gt=0)
+    api_retries: int = Field(ge=0)
+    leader_elect: bool
+    lease_duration: int = Field(ge=1)  # the Lease stores whole seconds
+    renew_deadline: float = Field(gt=0)
+    retry_period: float = Field(gt=0)
+    metrics_port: int = Field(ge=0, le=65535)
+    health_port: int = Field(ge=0, le=65535)
+    max_depth: int = Field(ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _lease_timings_fit(self) -> Self:
+        # annotator.leader: the leader stops writing at the renew deadline, a
+        # standby takes over only after the lease duration; the gap is the margin.
+        if self.leader_elect and not self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                f"--renew-deadline ({self.renew_deadline:g}) must be less than "
+                f"--lease-duration ({self.lease_duration}): the leader must stop writing "
+                "before a standby may take the Lease over"
+            )
+        if self.leader_elect and not self.retry_period < self.renew_deadline:
+            raise ValueError(
+                f"--retry-period ({self.retry_period:g}) must be less than --renew-deadline "
+                f"({self.renew_deadline:g}): the leader needs a retry before it steps down"
+            )
+        return self
+
+
 def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | None]:
+    flags_in_bounds(Limits, args)
     try:
         label = parse_label(args.namespace_label)
     except ValueError as exc:
         raise UsageError(f"--namespace-label: {exc}") from None
-    if not 1 <= int(args.max_depth) <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {args.max_depth}")
     try:
         signing = signing_of(args)
     except ValueError as exc:
@@ -291,7 +342,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         watch_timeout=args.watch_timeout,
         rediscovery_interval=args.rediscovery_interval,
         stamp_mode=args.stamp_repair,
-        stamp_settle=max(0.0, args.stamp_settle),
+        stamp_settle=args.stamp_settle,
         write_qps=args.write_qps,
         write_burst=args.write_burst,
         stamp_qps=args.stamp_qps,
@@ -303,21 +354,16 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         trust_owner_references=args.trust_owner_references,
         signing=signing,
     )
-    if args.api_retries < 0:
-        raise UsageError(f"--api-retries must be >= 0, got {args.api_retries}")
     election = None
-    if args.leader_elect:
-        try:
-            election = ElectionConfig(
-                identity=args.identity or _default_identity(),
-                namespace=args.lease_namespace,
-                name=args.lease_name,
-                lease_duration=args.lease_duration,
-                renew_deadline=args.renew_deadline,
-                retry_period=args.retry_period,
-            )
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    if args.leader_elect:  # Limits checked the timings; the identity is never empty
+        election = ElectionConfig(
+            identity=args.identity or _default_identity(),
+            namespace=args.lease_namespace,
+            name=args.lease_name,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        )
     return settings, election
 
 

@@ -21,7 +21,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
@@ -32,6 +32,7 @@ from aibom_edge.options import (
     add_cluster_options,
     add_core_options,
     add_log_options,
+    flags_in_bounds,
     keys_of,
     provenance_key_of,
     registry_of,
@@ -246,19 +247,8 @@ class Limits(BaseModel):
     owner_watch_sync_timeout: float = Field(gt=0, le=600)
 
 
-def _validate(args: argparse.Namespace) -> None:
-    """UsageError naming the first flag out of its bounds (`Limits`)."""
-    try:
-        Limits.model_validate(vars(args))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        flag = "--" + str(error["loc"][0]).replace("_", "-")
-        why = error["msg"].replace("Input should be", "must be")
-        raise UsageError(f"{flag} {why}, got {error['input']!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    _validate(args)
+    flags_in_bounds(Limits, args)
     registry = registry_of(args)
     keys = keys_of(args)
     key = provenance_key_of(args)
