@@ -312,11 +312,74 @@ def test_scan_write_failure_is_one_line_and_leaves_no_temporary_file(
 
     dump = _write(tmp_path / "d.json", _objs())
     out = tmp_path / "out"
+    out.mkdir()  # an existing DIR: written into document by document
     monkeypatch.setattr(os, "rename", full)
     assert main(["scan", str(dump), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "aibom-dynamographdeployment-g.json: No space left on device" in err
     assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_scan_into_a_new_dir_shows_it_complete_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    dump = _many_roots(tmp_path)
+    out = tmp_path / "new" / "out"
+    real_open = os.open
+    seen: list[bool] = []
+
+    def watching(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT:  # a document being written: DIR must not be visible yet
+            seen.append(out.exists())
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watching)
+    assert main(["scan", str(dump), "-o", str(out), "-j", "1"]) == 0
+    assert seen and not any(seen)
+    assert len([p for p in out.rglob("*") if p.is_file()]) == 13
+    assert [p.name for p in tmp_path.rglob(".*")] == []  # no staging directory left
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_scan_into_a_new_dir_that_fails_leaves_no_dir_and_nothing_hidden(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    import errno
+    import os
+
+    real_write = os.write
+    calls = [0]
+
+    def full_after_some(fd: int, data: Any) -> int:
+        calls[0] += 1
+        if calls[0] > 2:  # in every process: each writes at least one document first
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    dump = _many_roots(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(os, "write", full_after_some)
+    assert main(["scan", str(dump), "-o", str(out), "-j", jobs]) == 2
+    monkeypatch.undo()
+    err = [line for line in capsys.readouterr().err.splitlines() if " note: " not in line]
+    assert len(err) == 1 and "No space left on device" in err[0] and str(out) in err[0], err
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.json"]
+
+
+def test_scan_into_a_new_dir_steps_over_a_staging_dir_a_killed_run_left(tmp_path: Path) -> None:
+    import os
+
+    dump = _write(tmp_path / "d.json", _objs())
+    out = tmp_path / "out"
+    stale = tmp_path / f".out.{os.getpid()}-0.tmp"
+    (stale / "ns").mkdir(parents=True)
+    (stale / "ns" / "half.json").write_bytes(b"half a document")
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert json.loads((out / "ns" / "aibom-dynamographdeployment-g.json").read_bytes())
+    assert (stale / "ns" / "half.json").read_bytes() == b"half a document"  # not ours
 
 
 def test_scan_steps_over_a_temporary_file_a_killed_run_left(tmp_path: Path) -> None:
