@@ -504,3 +504,38 @@ def test_scan_a_bug_in_a_writer_process_is_an_internal_error_as_in_one_process(
         assert main(["scan", str(dump), "-o", str(tmp_path / jobs), "-j", jobs]) == 1
         err = capsys.readouterr().err
         assert "internal error" in err and "a bug" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [(["scan"], 0), (["tree", "-o", "json"], 0), (["scan", "-o", "DIR"], 0), (["scan"], 2)],
+)
+def test_the_program_skips_teardown_but_not_its_output_or_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int
+) -> None:
+    # `scan` and `tree` as a program leave by os._exit (no freeing of the
+    # dump); stdout and stderr must still be complete and the code the same.
+    import os
+    import subprocess
+    import sys
+
+    dump = _write(tmp_path / "d.json", _objs() if code == 0 else [{"kind": "Pod"}])
+
+    def command(out: str) -> list[str]:
+        return [argv[0], str(dump), *(a.replace("DIR", str(tmp_path / out)) for a in argv[1:])]
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", *command("program")],
+        capture_output=True,
+        # Buffered as a user's shell would have it (PYTHONUNBUFFERED would hide a lost flush).
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        },
+        check=False,
+    )
+    in_process = main(command("in-process"))
+    captured = capsys.readouterr()
+    assert (proc.returncode, in_process) == (code, code)
+    assert proc.stdout.decode() == captured.out
+    assert proc.stderr.decode() == captured.err.replace("in-process", "program")
