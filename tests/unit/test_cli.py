@@ -312,11 +312,74 @@ def test_scan_write_failure_is_one_line_and_leaves_no_temporary_file(
 
     dump = _write(tmp_path / "d.json", _objs())
     out = tmp_path / "out"
+    out.mkdir()  # an existing DIR: written into document by document
     monkeypatch.setattr(os, "rename", full)
     assert main(["scan", str(dump), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "aibom-dynamographdeployment-g.json: No space left on device" in err
     assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_scan_into_a_new_dir_shows_it_complete_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    dump = _many_roots(tmp_path)
+    out = tmp_path / "new" / "out"
+    real_open = os.open
+    seen: list[bool] = []
+
+    def watching(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_CREAT:  # a document being written: DIR must not be visible yet
+            seen.append(out.exists())
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", watching)
+    assert main(["scan", str(dump), "-o", str(out), "-j", "1"]) == 0
+    assert seen and not any(seen)
+    assert len([p for p in out.rglob("*") if p.is_file()]) == 13
+    assert [p.name for p in tmp_path.rglob(".*")] == []  # no staging directory left
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_scan_into_a_new_dir_that_fails_leaves_no_dir_and_nothing_hidden(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    import errno
+    import os
+
+    real_write = os.write
+    calls = [0]
+
+    def full_after_some(fd: int, data: Any) -> int:
+        calls[0] += 1
+        if calls[0] > 2:  # in every process: each writes at least one document first
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    dump = _many_roots(tmp_path)
+    out = tmp_path / "out"
+    monkeypatch.setattr(os, "write", full_after_some)
+    assert main(["scan", str(dump), "-o", str(out), "-j", jobs]) == 2
+    monkeypatch.undo()
+    err = [line for line in capsys.readouterr().err.splitlines() if " note: " not in line]
+    assert len(err) == 1 and "No space left on device" in err[0] and str(out) in err[0], err
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["many.json"]
+
+
+def test_scan_into_a_new_dir_steps_over_a_staging_dir_a_killed_run_left(tmp_path: Path) -> None:
+    import os
+
+    dump = _write(tmp_path / "d.json", _objs())
+    out = tmp_path / "out"
+    stale = tmp_path / f".out.{os.getpid()}-0.tmp"
+    (stale / "ns").mkdir(parents=True)
+    (stale / "ns" / "half.json").write_bytes(b"half a document")
+    assert main(["scan", str(dump), "-o", str(out)]) == 0
+    assert json.loads((out / "ns" / "aibom-dynamographdeployment-g.json").read_bytes())
+    assert (stale / "ns" / "half.json").read_bytes() == b"half a document"  # not ours
 
 
 def test_scan_steps_over_a_temporary_file_a_killed_run_left(tmp_path: Path) -> None:
@@ -441,3 +504,38 @@ def test_scan_a_bug_in_a_writer_process_is_an_internal_error_as_in_one_process(
         assert main(["scan", str(dump), "-o", str(tmp_path / jobs), "-j", jobs]) == 1
         err = capsys.readouterr().err
         assert "internal error" in err and "a bug" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [(["scan"], 0), (["tree", "-o", "json"], 0), (["scan", "-o", "DIR"], 0), (["scan"], 2)],
+)
+def test_the_program_skips_teardown_but_not_its_output_or_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], code: int
+) -> None:
+    # `scan` and `tree` as a program leave by os._exit (no freeing of the
+    # dump); stdout and stderr must still be complete and the code the same.
+    import os
+    import subprocess
+    import sys
+
+    dump = _write(tmp_path / "d.json", _objs() if code == 0 else [{"kind": "Pod"}])
+
+    def command(out: str) -> list[str]:
+        return [argv[0], str(dump), *(a.replace("DIR", str(tmp_path / out)) for a in argv[1:])]
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", *command("program")],
+        capture_output=True,
+        # Buffered as a user's shell would have it (PYTHONUNBUFFERED would hide a lost flush).
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        },
+        check=False,
+    )
+    in_process = main(command("in-process"))
+    captured = capsys.readouterr()
+    assert (proc.returncode, in_process) == (code, code)
+    assert proc.stdout.decode() == captured.out
+    assert proc.stderr.decode() == captured.err.replace("in-process", "program")
