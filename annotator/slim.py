@@ -23,14 +23,17 @@ the service-account volume that no document reads. So:
   command, args, env and the mounts of model-source volumes;
   `spec.volumes` entries that name a claim or host path, the others
   reduced to `{}` so JSON pointers keep their indices; container
-  statuses' name, image and imageID.
+  statuses' name, image and imageID (not the phase: nothing reads it).
 
 Pods of one ReplicaSet are alike once slimmed (the per-Pod token volume and
 its mount are gone), so equal parts are shared: a Pod's containers, volumes,
 statuses and ownerReferences are the previous sibling's objects when they
 compare equal (`==`, C speed). Cached objects are never mutated (an update
 replaces the whole object), which is what makes sharing safe. Repeated
-strings (namespaces, kinds, images) are interned.
+strings (namespaces, kinds, images, annotation keys) are interned; values
+that are often unique per Pod (imageIDs, annotation values) are not, since
+an interned string costs a slot in the interpreter's table (siblings still
+share them through the shared parts).
 
 tests/unit/test_annotator_slim.py checks that a document built from slimmed
 objects is byte-identical to one built from the full objects.
@@ -184,7 +187,7 @@ class PodSlimmer:
             out["namespace"] = _i(out["namespace"])
         ann = meta.get("annotations")
         if isinstance(ann, dict):
-            kept = {_i(k): _i(v) for k, v in ann.items() if k.startswith(self.prefixes)}
+            kept = {_i(k): v for k, v in ann.items() if k.startswith(self.prefixes)}
             if kept:
                 # Siblings carry the same stamps: one dict for all of them.
                 out["annotations"] = self._share(owner, "annotations", kept)
@@ -224,8 +227,6 @@ class PodSlimmer:
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
-            if "phase" in status:
-                st["phase"] = _i(status["phase"])
             for key in ("initContainerStatuses", "containerStatuses"):
                 if key in status:
                     st[key] = self._share(owner, key, _statuses(status[key]))
@@ -252,7 +253,10 @@ def _statuses(items: Any) -> Any:
     if not isinstance(items, list):
         return items
     return [
-        {k: _i(s[k]) for k in _STATUS_KEYS if k in s} if isinstance(s, dict) else s for s in items
+        {k: s[k] if k == "imageID" else _i(s[k]) for k in _STATUS_KEYS if k in s}
+        if isinstance(s, dict)
+        else s
+        for s in items
     ]
 
 
