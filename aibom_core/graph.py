@@ -112,9 +112,10 @@ class OwnershipGraph:
     def keys(self) -> Iterator[str]:
         return iter(self._nodes)
 
-    def upsert(self, obj: Obj) -> str:
-        """Add or replace an object; returns its key."""
-        ref = ref_of(obj)
+    def upsert(self, obj: Obj, ref: ObjRef | None = None) -> str:
+        """Add or replace an object; returns its key. `ref`: `ref_of(obj)`, if the caller has it."""
+        if ref is None:
+            ref = ref_of(obj)
         key = key_of(ref)
         if key in self._nodes:
             self._unlink(key)

@@ -167,48 +167,45 @@ class PodSlimmer:
         self.prefixes = tuple(annotation_prefixes)
         self._memo: dict[str, dict[str, Any]] = {}  # owner uid -> part -> last value
 
-    def _share(self, owner: str, part: str, value: Any) -> Any:
+    def _parts(self, owner: str) -> dict[str, Any]:
         parts = self._memo.get(owner)
         if parts is None:
             if len(self._memo) >= _SHARE_LIMIT:
                 self._memo.clear()
             parts = self._memo[owner] = {}
-        known = parts.get(part)
-        if known is not None and known == value:
-            return known
-        parts[part] = value
-        return value
+        return parts
 
-    def _metadata(self, meta: Any, owner: str) -> dict[str, Any]:
-        if not isinstance(meta, dict):
-            return {}
+    def _metadata(self, meta: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
         out = {k: meta[k] for k in _POD_META_KEYS if k in meta}
         if "namespace" in out:
             out["namespace"] = _i(out["namespace"])
         ann = meta.get("annotations")
         if isinstance(ann, dict):
-            kept = {_i(k): v for k, v in ann.items() if k.startswith(self.prefixes)}
+            prefixes = self.prefixes
+            kept = {_i(k): v for k, v in ann.items() if k.startswith(prefixes)}
             if kept:
                 # Siblings carry the same stamps: one dict for all of them.
-                out["annotations"] = self._share(owner, "annotations", kept)
+                out["annotations"] = _shared(parts, "annotations", kept)
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
-            out["ownerReferences"] = self._share(owner, "refs", [_owner(r) for r in refs])
+            out["ownerReferences"] = _shared(parts, "refs", [_owner(r) for r in refs])
         return out
 
     def __call__(self, obj: Obj) -> Obj:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        assert isinstance(meta, dict)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
         refs = meta.get("ownerReferences")
         owner = ""
         if isinstance(refs, list):
             owner = next(
                 (str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("controller")), ""
             )
+        parts = self._parts(owner)
         out: Obj = {
             "apiVersion": _i(obj.get("apiVersion")),
             "kind": _i(obj.get("kind")),
-            "metadata": self._metadata(meta, owner),
+            "metadata": self._metadata(meta, parts),
         }
         spec = obj.get("spec")
         if isinstance(spec, dict):
@@ -216,22 +213,42 @@ class PodSlimmer:
             volumes = spec.get("volumes")
             sources: set[Any] = set()
             if isinstance(volumes, list):
-                slim_volumes = [v if _model_source(v) else {} for v in volumes]
+                s["volumes"] = slim_volumes = [v if _model_source(v) else {} for v in volumes]
                 sources = {v.get("name") for v in slim_volumes if v}
-                s["volumes"] = self._share(owner, "volumes", slim_volumes)
             for key in ("initContainers", "containers"):
                 items = spec.get(key)
                 if isinstance(items, list):
-                    s[key] = self._share(owner, key, [_container(c, sources) for c in items])
-            out["spec"] = self._share(owner, "spec", s)
+                    s[key] = [_container(c, sources) for c in items]
+            out["spec"] = _shared_whole(parts, "spec", s)
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
             for key in ("initContainerStatuses", "containerStatuses"):
                 if key in status:
-                    st[key] = self._share(owner, key, _statuses(status[key]))
-            out["status"] = self._share(owner, "status", st)
+                    st[key] = _statuses(status[key])
+            out["status"] = _shared_whole(parts, "status", st)
         return out
+
+
+def _shared(parts: dict[str, Any], part: str, value: Any) -> Any:
+    """The sibling's equal value (`==`, C speed), or this one, remembered for the next."""
+    known = parts.get(part)
+    if known is not None and known == value:
+        return known
+    parts[part] = value
+    return value
+
+
+def _shared_whole(parts: dict[str, Any], part: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A dict of parts: the sibling's whole dict when equal (the common case, one
+    comparison), else a new dict whose equal parts are still shared one by one."""
+    known = parts.get(part)
+    if known is not None and known == value:
+        return known  # type: ignore[no-any-return]
+    for key, item in value.items():
+        value[key] = _shared(parts, key, item)
+    parts[part] = value
+    return value
 
 
 def _container(c: Any, sources: set[Any]) -> Any:
