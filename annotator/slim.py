@@ -7,7 +7,8 @@ the service-account volume that no document reads. So:
 
 - every object: no `managedFields`, no `kubectl.kubernetes.io/last-applied-
   configuration` (a second copy of the spec);
-- tracked kinds: everything else (their spec is what the document says);
+- tracked kinds: everything else (their spec is what the document says),
+  with equal Pod templates shared between objects (`TemplateSharer`);
 - walk-only intermediates other than Pods (ReplicaSet, Grove kinds, ...) and
   Namespaces: metadata only. A document is built from its root, its tracked
   members and its Pods (`aibom_core.bom.RootView`); intermediates only carry
@@ -41,9 +42,12 @@ objects is byte-identical to one built from the full objects.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
+
+import orjson
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
@@ -154,6 +158,64 @@ def slim_full(obj: Obj) -> Obj:
             m["namespace"] = _i(m["namespace"])
         out["metadata"] = m
     return out
+
+
+_TEMPLATE_DEPTH = 8  # how deep under `spec` a Pod template is looked for (LWS, DGD: 4-5)
+
+
+class TemplateSharer:
+    """Tracked objects of one shape carry equal Pod templates (every Deployment of a
+    Helm chart, every worker template of a LeaderWorkerSet): the PodSpecs in their spec
+    (a dict with a `containers` list, at most `_TEMPLATE_DEPTH` levels down) that
+    serialize to the same bytes are one dict. Same bytes, not only `==`: the same
+    keys in the same order, so anything built from the shared dict is byte-identical.
+    Objects are copied along the path to a replaced PodSpec, never mutated."""
+
+    def __init__(self, limit: int = _SHARE_LIMIT) -> None:
+        self._known: dict[bytes, dict[str, Any]] = {}  # 128-bit digest of the bytes -> PodSpec
+        self._limit = limit
+
+    def __call__(self, obj: Obj) -> Obj:
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            shared = self._walk(spec, _TEMPLATE_DEPTH)
+            if shared is not spec:
+                obj = {**obj, "spec": shared}
+        return obj
+
+    def _walk(self, value: Any, depth: int) -> Any:
+        if isinstance(value, dict):
+            if isinstance(value.get("containers"), list):
+                return self._share(value)
+            if depth == 0:
+                return value
+            out: dict[str, Any] | None = None
+            for key, item in value.items():
+                if isinstance(item, (dict, list)):
+                    new = self._walk(item, depth - 1)
+                    if new is not item:
+                        out = dict(value) if out is None else out
+                        out[key] = new
+            return value if out is None else out
+        if isinstance(value, list) and depth > 0:
+            items = [self._walk(item, depth - 1) for item in value]
+            changed = any(a is not b for a, b in zip(items, value, strict=True))
+            return items if changed else value
+        return value
+
+    def _share(self, pod_spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            text = orjson.dumps(pod_spec)
+        except (orjson.JSONEncodeError, TypeError):
+            return pod_spec
+        key = hashlib.blake2b(text, digest_size=16).digest()
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        if len(self._known) >= self._limit:
+            self._known.clear()
+        self._known[key] = pod_spec
+        return pod_spec
 
 
 def _model_source(v: Any) -> bool:
@@ -291,6 +353,7 @@ def slimmer(
 ) -> Callable[[Obj], Obj]:
     """The slimming function for objects of any kind under this registry."""
     pods = PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX))
+    templates = TemplateSharer()
 
     def slim(obj: Obj) -> Obj:
         gk = group_kind_of(obj)
@@ -301,7 +364,7 @@ def slimmer(
         if gk == NAMESPACE:
             return slim_metadata_only(obj)
         if registry.is_tracked(gk):
-            return slim_full(obj)
+            return templates(slim_full(obj))
         return slim_metadata_only(obj)
 
     return slim
