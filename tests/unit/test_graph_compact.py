@@ -6,17 +6,22 @@ from __future__ import annotations
 from aibom_core.graph import OwnershipGraph
 from aibom_core.kinds import default_registry
 from aibom_core.objects import OwnerRef, ref_of
-from tests.unit.kobj import mk
+from tests.unit.kobj import Obj, mk
 
 REG = default_registry()
 
 
-def test_sibling_pods_share_one_owner_reference_and_scope() -> None:
+def replicaset_with_pods(n: int) -> tuple[Obj, list[Obj], OwnershipGraph]:
     rs = mk("ReplicaSet", "rs")
-    pods = [mk("Pod", f"p{i}", rs) for i in range(3)]
+    pods = [mk("Pod", f"p{i}", rs) for i in range(n)]
     graph = OwnershipGraph(REG)
     for obj in (rs, *pods):
         graph.upsert(obj)
+    return rs, pods, graph
+
+
+def test_sibling_pods_share_one_owner_reference_and_scope() -> None:
+    rs, pods, graph = replicaset_with_pods(3)
     nodes = [graph._nodes[ref_of(p).uid] for p in pods]
     assert nodes[0].owner is nodes[1].owner is nodes[2].owner
     assert nodes[0].owner_at is nodes[1].owner_at is nodes[2].owner_at
@@ -45,11 +50,7 @@ def test_a_claim_of_the_same_uid_under_another_name_or_namespace_is_not_shared()
 
 
 def test_removing_every_object_of_a_scope_forgets_the_scope() -> None:
-    rs = mk("ReplicaSet", "rs")
-    pods = [mk("Pod", f"p{i}", rs) for i in range(2)]
-    graph = OwnershipGraph(REG)
-    for obj in (rs, *pods):
-        graph.upsert(obj)
+    rs, pods, graph = replicaset_with_pods(2)
     assert graph.find("ns", ref_of(pods[0]).group_kind, "p0") is pods[0]
     for obj in (rs, *pods):
         graph.remove(ref_of(obj).uid)
