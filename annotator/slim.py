@@ -171,9 +171,10 @@ class TemplateSharer:
     keys in the same order, so anything built from the shared dict is byte-identical.
     Objects are copied along the path to a replaced PodSpec, never mutated."""
 
-    def __init__(self, limit: int = _SHARE_LIMIT) -> None:
+    def __init__(self, floor: int = 1024) -> None:
         self._known: dict[bytes, dict[str, Any]] = {}  # 128-bit digest of the bytes -> PodSpec
-        self._limit = limit
+        self._floor = floor
+        self._prune_at = floor
 
     def __call__(self, obj: Obj) -> Obj:
         spec = obj.get("spec")
@@ -212,10 +213,22 @@ class TemplateSharer:
         known = self._known.get(key)
         if known is not None:
             return known
-        if len(self._known) >= self._limit:
-            self._known.clear()
+        if len(self._known) >= self._prune_at:
+            self._prune()
         self._known[key] = pod_spec
         return pod_spec
+
+    def _prune(self) -> None:
+        """Forget the templates no cached object holds any more (a rollout replaces
+        its object's template): the table stays within twice the live templates."""
+        known: dict[bytes, dict[str, Any]] = {}
+        for key in list(self._known):
+            spec = self._known.pop(key)
+            # Held only by `spec` and getrefcount's argument: no object uses it.
+            if sys.getrefcount(spec) > 2:
+                known[key] = spec
+        self._known = known
+        self._prune_at = max(self._floor, 2 * len(self._known))
 
 
 def _model_source(v: Any) -> bool:

@@ -12,7 +12,7 @@ from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
-from annotator.slim import slimmer
+from annotator.slim import TemplateSharer, slimmer
 from tests.unit.kobj import Obj, mk
 
 REG = default_registry()
@@ -280,3 +280,18 @@ def test_template_sharing_stops_at_a_bounded_depth() -> None:
         deep = {"x": [deep]}
     obj = mk("Deployment", "deep", spec=deep)
     assert slimmer(REG)(obj)["spec"] is deep  # not walked down to the template, no recursion error
+
+
+def test_templates_no_object_holds_are_forgotten() -> None:
+    share = TemplateSharer(floor=8)
+
+    def deployment(i: int) -> Obj:
+        c = {**container(), "image": f"img:{i}"}
+        return mk("Deployment", f"d{i}", spec={"template": {"spec": {"containers": [c]}}})
+
+    kept = [share(deployment(i)) for i in range(4)]  # cached: their templates stay
+    for i in range(4, 100):
+        share(deployment(i))  # dropped at once, as after a rollout
+    assert len(share._known) < 16
+    again = share(deployment(0))
+    assert again["spec"]["template"]["spec"] is kept[0]["spec"]["template"]["spec"]
