@@ -37,7 +37,7 @@ from aibom_core.walk import (
     resolve,
 )
 
-NameKey = tuple[str, str, str, str]  # namespace, group, kind, name
+Scope = tuple[str, str, str]  # namespace, group, kind
 
 
 def key_of(ref: ObjRef) -> str:
@@ -50,8 +50,9 @@ class _Node:
     obj: Obj
     ref: ObjRef
     owner: OwnerRef | None
-    # Where a GET of the owner would look: (namespace, group, kind, name).
-    owner_at: NameKey | None
+    # Where a GET of the owner would look: (namespace, group, kind) and `owner.name`.
+    # Siblings share their owner reference and this tuple (`OwnershipGraph.upsert`).
+    owner_at: Scope | None
 
 
 class OwnershipGraph:
@@ -81,7 +82,9 @@ class OwnershipGraph:
         self.trust = trust
         self.unavailable: dict[GroupKind, Reason] = dict(unavailable or {})
         self._nodes: dict[str, _Node] = {}
-        self._by_name: dict[NameKey, str] = {}
+        # (namespace, group, kind) -> name -> key: one scope tuple per kind and namespace,
+        # not one 4-tuple per object (100,000 Pods: 7 MB).
+        self._by_name: dict[Scope, dict[str, str]] = {}
         self._claims: dict[str, set[str]] = {}
 
     # -- maintenance ---------------------------------------------------------
@@ -109,22 +112,47 @@ class OwnershipGraph:
     def keys(self) -> Iterator[str]:
         return iter(self._nodes)
 
-    def upsert(self, obj: Obj) -> str:
-        """Add or replace an object; returns its key."""
-        ref = ref_of(obj)
+    def upsert(self, obj: Obj, ref: ObjRef | None = None) -> str:
+        """Add or replace an object; returns its key. `ref`: `ref_of(obj)`, if the caller has it."""
+        if ref is None:
+            ref = ref_of(obj)
         key = key_of(ref)
         if key in self._nodes:
             self._unlink(key)
         owner = controller_ref(obj)
         owner_at = None
         if owner is not None:
-            gk = owner.group_kind
-            owner_at = (ref.namespace, gk.group, gk.kind, owner.name)
+            sibling = self._sibling(owner.uid)
+            if (
+                sibling is not None
+                and sibling.owner == owner
+                and sibling.ref.namespace == ref.namespace
+            ):
+                # Pods of one ReplicaSet: one OwnerRef and one scope tuple for all of them.
+                owner, owner_at = sibling.owner, sibling.owner_at
+            else:
+                gk = owner.group_kind
+                owner_at = (ref.namespace, gk.group, gk.kind)
         self._nodes[key] = _Node(obj=obj, ref=ref, owner=owner, owner_at=owner_at)
-        self._by_name[(ref.namespace, ref.group, ref.kind, ref.name)] = key
+        scope = (ref.namespace, ref.group, ref.kind)
+        names = self._by_name.get(scope)
+        if names is None:
+            names = self._by_name[scope] = {}
+        names[ref.name] = key
         if owner is not None and owner.uid:
             self._claims.setdefault(owner.uid, set()).add(key)
         return key
+
+    def _sibling(self, owner_uid: str) -> _Node | None:
+        """Any object that already claims this owner UID."""
+        claims = self._claims.get(owner_uid) if owner_uid else None
+        for key in claims or ():
+            return self._nodes.get(key)
+        return None
+
+    def _named(self, scope: Scope, name: str) -> str | None:
+        names = self._by_name.get(scope)
+        return names.get(name) if names is not None else None
 
     def remove(self, key: str) -> Obj | None:
         """Forget an object; returns it if it was known."""
@@ -136,9 +164,12 @@ class OwnershipGraph:
 
     def _unlink(self, key: str) -> None:
         node = self._nodes.pop(key)
-        name_key = (node.ref.namespace, node.ref.group, node.ref.kind, node.ref.name)
-        if self._by_name.get(name_key) == key:
-            del self._by_name[name_key]
+        scope = (node.ref.namespace, node.ref.group, node.ref.kind)
+        names = self._by_name.get(scope)
+        if names is not None and names.get(node.ref.name) == key:
+            del names[node.ref.name]
+            if not names:
+                del self._by_name[scope]
         if node.owner is not None and node.owner.uid:
             claims = self._claims.get(node.owner.uid)
             if claims is not None:
@@ -154,14 +185,14 @@ class OwnershipGraph:
         reason = self.unavailable.get(gk)
         if reason is not None:
             return Fetched(failure=reason)
-        key = self._by_name.get((req.namespace, gk.group, gk.kind, req.owner.name))
+        key = self._named((req.namespace, gk.group, gk.kind), req.owner.name)
         if key is None:
             return Fetched(failure=Reason.NOT_FOUND)
         return Fetched(obj=self._nodes[key].obj)
 
     def find(self, namespace: str, gk: GroupKind, name: str) -> Obj | None:
         """The object a GET by namespace, kind and name would return, if known."""
-        key = self._by_name.get((namespace, gk.group, gk.kind, name))
+        key = self._named((namespace, gk.group, gk.kind), name)
         return self._nodes[key].obj if key is not None else None
 
     def resolve(self, obj: Obj) -> WalkResult:
@@ -196,7 +227,7 @@ class OwnershipGraph:
             return None
         if not self.registry.is_known(node.owner.group_kind):
             return None  # not an edge of the roll-up: the walk stops there too
-        found = self._by_name.get(node.owner_at)
+        found = self._named(node.owner_at, node.owner.name)
         if found is None or found != node.owner.uid:
             return None
         if self.unavailable and node.owner.group_kind in self.unavailable:

@@ -13,6 +13,20 @@ from aibom_core.kinds import GroupKind, group_of
 
 Obj = dict[str, Any]
 
+# One GroupKind per (group, kind): every ObjRef and OwnerRef carries one, and a
+# cache of 100,000 Pods would otherwise hold 100,000 equal tuples (7 MB).
+_GROUP_KINDS: dict[tuple[str, str], GroupKind] = {}
+_GROUP_KINDS_MAX = 10_000
+
+
+def _group_kind(group: str, kind: str) -> GroupKind:
+    gk = _GROUP_KINDS.get((group, kind))
+    if gk is None:
+        gk = GroupKind(group, kind)
+        if len(_GROUP_KINDS) < _GROUP_KINDS_MAX:  # kinds are few; a flood of them is not cached
+            _GROUP_KINDS[gk] = gk
+    return gk
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class ObjRef:
@@ -27,7 +41,7 @@ class ObjRef:
     group_kind: GroupKind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "group_kind", GroupKind(self.group, self.kind))
+        object.__setattr__(self, "group_kind", _group_kind(self.group, self.kind))
 
     @property
     def kind_name(self) -> str:
@@ -52,7 +66,7 @@ class OwnerRef:
     group_kind: GroupKind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "group_kind", GroupKind(group_of(self.api_version), self.kind))
+        object.__setattr__(self, "group_kind", _group_kind(group_of(self.api_version), self.kind))
 
 
 def metadata(obj: Obj) -> dict[str, Any]:

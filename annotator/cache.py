@@ -311,10 +311,10 @@ class ClusterState:
         if old is None:
             self.kind_counts[ref.group_kind] += 1
         if self.bulk:
-            self.graph.upsert(obj)
+            self.graph.upsert(obj, ref)
             return Dirty()
         if old is not None and controller_ref(old) == controller_ref(obj):
-            self.graph.upsert(obj)
+            self.graph.upsert(obj, ref)
             dirty = Dirty(stamps={key})
             dirty.roots |= self._roots_of(key)
             return dirty
@@ -322,16 +322,16 @@ class ClusterState:
             # New: objects that already claimed this UID (children created
             # first) attach now. Their roots before are read with the object
             # briefly absent again, which is exactly the state before.
-            self.graph.upsert(obj)
+            self.graph.upsert(obj, ref)
             below = self.graph.descendants(key)
             self.graph.remove(key)
             dirty = Dirty()
             for child in below:
                 dirty.update(self._subtree(child, descendants=False))
-            self.graph.upsert(obj)
+            self.graph.upsert(obj, ref)
         else:
             dirty = self._subtree(key)
-            self.graph.upsert(obj)
+            self.graph.upsert(obj, ref)
         dirty.update(self._subtree(key))
         return dirty
 

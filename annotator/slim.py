@@ -7,7 +7,8 @@ the service-account volume that no document reads. So:
 
 - every object: no `managedFields`, no `kubectl.kubernetes.io/last-applied-
   configuration` (a second copy of the spec);
-- tracked kinds: everything else (their spec is what the document says);
+- tracked kinds: everything else (their spec is what the document says),
+  with equal Pod templates shared between objects (`TemplateSharer`);
 - walk-only intermediates other than Pods (ReplicaSet, Grove kinds, ...) and
   Namespaces: metadata only. A document is built from its root, its tracked
   members and its Pods (`aibom_core.bom.RootView`); intermediates only carry
@@ -23,14 +24,17 @@ the service-account volume that no document reads. So:
   command, args, env and the mounts of model-source volumes;
   `spec.volumes` entries that name a claim or host path, the others
   reduced to `{}` so JSON pointers keep their indices; container
-  statuses' name, image and imageID.
+  statuses' name, image and imageID (not the phase: nothing reads it).
 
 Pods of one ReplicaSet are alike once slimmed (the per-Pod token volume and
 its mount are gone), so equal parts are shared: a Pod's containers, volumes,
 statuses and ownerReferences are the previous sibling's objects when they
 compare equal (`==`, C speed). Cached objects are never mutated (an update
 replaces the whole object), which is what makes sharing safe. Repeated
-strings (namespaces, kinds, images) are interned.
+strings (namespaces, kinds, images, annotation keys) are interned; values
+that are often unique per Pod (imageIDs, annotation values) are not, since
+an interned string costs a slot in the interpreter's table (siblings still
+share them through the shared parts).
 
 tests/unit/test_annotator_slim.py checks that a document built from slimmed
 objects is byte-identical to one built from the full objects.
@@ -38,9 +42,12 @@ objects is byte-identical to one built from the full objects.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
+
+import orjson
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
@@ -153,6 +160,77 @@ def slim_full(obj: Obj) -> Obj:
     return out
 
 
+_TEMPLATE_DEPTH = 8  # how deep under `spec` a Pod template is looked for (LWS, DGD: 4-5)
+
+
+class TemplateSharer:
+    """Tracked objects of one shape carry equal Pod templates (every Deployment of a
+    Helm chart, every worker template of a LeaderWorkerSet): the PodSpecs in their spec
+    (a dict with a `containers` list, at most `_TEMPLATE_DEPTH` levels down) that
+    serialize to the same bytes are one dict. Same bytes, not only `==`: the same
+    keys in the same order, so anything built from the shared dict is byte-identical.
+    Objects are copied along the path to a replaced PodSpec, never mutated."""
+
+    def __init__(self, floor: int = 1024) -> None:
+        self._known: dict[bytes, dict[str, Any]] = {}  # 128-bit digest of the bytes -> PodSpec
+        self._floor = floor
+        self._prune_at = floor
+
+    def __call__(self, obj: Obj) -> Obj:
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            shared = self._walk(spec, _TEMPLATE_DEPTH)
+            if shared is not spec:
+                obj = {**obj, "spec": shared}
+        return obj
+
+    def _walk(self, value: Any, depth: int) -> Any:
+        if isinstance(value, dict):
+            if isinstance(value.get("containers"), list):
+                return self._share(value)
+            if depth == 0:
+                return value
+            out: dict[str, Any] | None = None
+            for key, item in value.items():
+                if isinstance(item, (dict, list)):
+                    new = self._walk(item, depth - 1)
+                    if new is not item:
+                        out = dict(value) if out is None else out
+                        out[key] = new
+            return value if out is None else out
+        if isinstance(value, list) and depth > 0:
+            items = [self._walk(item, depth - 1) for item in value]
+            changed = any(a is not b for a, b in zip(items, value, strict=True))
+            return items if changed else value
+        return value
+
+    def _share(self, pod_spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            text = orjson.dumps(pod_spec)
+        except (orjson.JSONEncodeError, TypeError):
+            return pod_spec
+        key = hashlib.blake2b(text, digest_size=16).digest()
+        known = self._known.get(key)
+        if known is not None:
+            return known
+        if len(self._known) >= self._prune_at:
+            self._prune()
+        self._known[key] = pod_spec
+        return pod_spec
+
+    def _prune(self) -> None:
+        """Forget the templates no cached object holds any more (a rollout replaces
+        its object's template): the table stays within twice the live templates."""
+        known: dict[bytes, dict[str, Any]] = {}
+        for key in list(self._known):
+            spec = self._known.pop(key)
+            # Held only by `spec` and getrefcount's argument: no object uses it.
+            if sys.getrefcount(spec) > 2:
+                known[key] = spec
+        self._known = known
+        self._prune_at = max(self._floor, 2 * len(self._known))
+
+
 def _model_source(v: Any) -> bool:
     return isinstance(v, dict) and ("persistentVolumeClaim" in v or "hostPath" in v)
 
@@ -164,48 +242,45 @@ class PodSlimmer:
         self.prefixes = tuple(annotation_prefixes)
         self._memo: dict[str, dict[str, Any]] = {}  # owner uid -> part -> last value
 
-    def _share(self, owner: str, part: str, value: Any) -> Any:
+    def _parts(self, owner: str) -> dict[str, Any]:
         parts = self._memo.get(owner)
         if parts is None:
             if len(self._memo) >= _SHARE_LIMIT:
                 self._memo.clear()
             parts = self._memo[owner] = {}
-        known = parts.get(part)
-        if known is not None and known == value:
-            return known
-        parts[part] = value
-        return value
+        return parts
 
-    def _metadata(self, meta: Any, owner: str) -> dict[str, Any]:
-        if not isinstance(meta, dict):
-            return {}
+    def _metadata(self, meta: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
         out = {k: meta[k] for k in _POD_META_KEYS if k in meta}
         if "namespace" in out:
             out["namespace"] = _i(out["namespace"])
         ann = meta.get("annotations")
         if isinstance(ann, dict):
-            kept = {_i(k): _i(v) for k, v in ann.items() if k.startswith(self.prefixes)}
+            prefixes = self.prefixes
+            kept = {_i(k): v for k, v in ann.items() if k.startswith(prefixes)}
             if kept:
                 # Siblings carry the same stamps: one dict for all of them.
-                out["annotations"] = self._share(owner, "annotations", kept)
+                out["annotations"] = _shared(parts, "annotations", kept)
         refs = meta.get("ownerReferences")
         if isinstance(refs, list):
-            out["ownerReferences"] = self._share(owner, "refs", [_owner(r) for r in refs])
+            out["ownerReferences"] = _shared(parts, "refs", [_owner(r) for r in refs])
         return out
 
     def __call__(self, obj: Obj) -> Obj:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        assert isinstance(meta, dict)
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
         refs = meta.get("ownerReferences")
         owner = ""
         if isinstance(refs, list):
             owner = next(
                 (str(r.get("uid")) for r in refs if isinstance(r, dict) and r.get("controller")), ""
             )
+        parts = self._parts(owner)
         out: Obj = {
             "apiVersion": _i(obj.get("apiVersion")),
             "kind": _i(obj.get("kind")),
-            "metadata": self._metadata(meta, owner),
+            "metadata": self._metadata(meta, parts),
         }
         spec = obj.get("spec")
         if isinstance(spec, dict):
@@ -213,24 +288,42 @@ class PodSlimmer:
             volumes = spec.get("volumes")
             sources: set[Any] = set()
             if isinstance(volumes, list):
-                slim_volumes = [v if _model_source(v) else {} for v in volumes]
+                s["volumes"] = slim_volumes = [v if _model_source(v) else {} for v in volumes]
                 sources = {v.get("name") for v in slim_volumes if v}
-                s["volumes"] = self._share(owner, "volumes", slim_volumes)
             for key in ("initContainers", "containers"):
                 items = spec.get(key)
                 if isinstance(items, list):
-                    s[key] = self._share(owner, key, [_container(c, sources) for c in items])
-            out["spec"] = self._share(owner, "spec", s)
+                    s[key] = [_container(c, sources) for c in items]
+            out["spec"] = _shared_whole(parts, "spec", s)
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
-            if "phase" in status:
-                st["phase"] = _i(status["phase"])
             for key in ("initContainerStatuses", "containerStatuses"):
                 if key in status:
-                    st[key] = self._share(owner, key, _statuses(status[key]))
-            out["status"] = self._share(owner, "status", st)
+                    st[key] = _statuses(status[key])
+            out["status"] = _shared_whole(parts, "status", st)
         return out
+
+
+def _shared(parts: dict[str, Any], part: str, value: Any) -> Any:
+    """The sibling's equal value (`==`, C speed), or this one, remembered for the next."""
+    known = parts.get(part)
+    if known is not None and known == value:
+        return known
+    parts[part] = value
+    return value
+
+
+def _shared_whole(parts: dict[str, Any], part: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A dict of parts: the sibling's whole dict when equal (the common case, one
+    comparison), else a new dict whose equal parts are still shared one by one."""
+    known = parts.get(part)
+    if known is not None and known == value:
+        return known  # type: ignore[no-any-return]
+    for key, item in value.items():
+        value[key] = _shared(parts, key, item)
+    parts[part] = value
+    return value
 
 
 def _container(c: Any, sources: set[Any]) -> Any:
@@ -252,7 +345,10 @@ def _statuses(items: Any) -> Any:
     if not isinstance(items, list):
         return items
     return [
-        {k: _i(s[k]) for k in _STATUS_KEYS if k in s} if isinstance(s, dict) else s for s in items
+        {k: s[k] if k == "imageID" else _i(s[k]) for k in _STATUS_KEYS if k in s}
+        if isinstance(s, dict)
+        else s
+        for s in items
     ]
 
 
@@ -270,6 +366,7 @@ def slimmer(
 ) -> Callable[[Obj], Obj]:
     """The slimming function for objects of any kind under this registry."""
     pods = PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX))
+    templates = TemplateSharer()
 
     def slim(obj: Obj) -> Obj:
         gk = group_kind_of(obj)
@@ -280,7 +377,7 @@ def slimmer(
         if gk == NAMESPACE:
             return slim_metadata_only(obj)
         if registry.is_tracked(gk):
-            return slim_full(obj)
+            return templates(slim_full(obj))
         return slim_metadata_only(obj)
 
     return slim

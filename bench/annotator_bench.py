@@ -826,7 +826,51 @@ async def cached_pod_bytes(kube: Kube, sample: int = 2000) -> dict[str, Any]:
         "cached_pod_bytes": round(held / max(1, n)),
         "api_pod_json_bytes": round(api_bytes / max(1, n)),
         "cached_pod_sample": n,
+        **await cached_tracked_bytes(kube),
     }
+
+
+async def cached_tracked_bytes(kube: Kube, sample: int = 500) -> dict[str, Any]:
+    """The same for the tracked kinds (Deployments, DGDs, DCDs, LeaderWorkerSets,
+    StatefulSets): up to `sample` of each, as the bench's mix has them."""
+    import gc
+    import tracemalloc
+
+    from annotator.cache import ClusterState
+    from annotator.slim import slimmer
+
+    objs: list[tuple[GroupKind, bytes]] = []
+    tracked = ("Deployment", "DynamoGraphDeployment", "DynamoComponentDeployment")
+    for kind in (*tracked, "LeaderWorkerSet", "StatefulSet"):
+        objs += await _sample_of(kube, kind, sample)
+    state = ClusterState(REG, trust_all=True)
+    state.bulk = True
+    slim = slimmer(REG)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for gk, text in objs:
+        state.upsert(gk, slim(json.loads(text)))
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del state
+    return {
+        "cached_tracked_bytes": round(held / max(1, len(objs))),
+        "api_tracked_json_bytes": round(sum(len(t) for _, t in objs) / max(1, len(objs))),
+        "cached_tracked_sample": len(objs),
+    }
+
+
+async def _sample_of(kube: Kube, kind: str, n: int) -> list[tuple[GroupKind, bytes]]:
+    resp = await kube.request("GET", PATHS[kind].format(ns=NS), params={"limit": str(n)})
+    gk = GroupKind(API_VERSIONS[kind].rpartition("/")[0], kind)
+    out = []
+    for item in (resp.body or {}).get("items") or []:
+        item.setdefault("apiVersion", API_VERSIONS[kind])
+        item.setdefault("kind", kind)
+        out.append((gk, json.dumps(item).encode()))
+    return out
 
 
 async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:

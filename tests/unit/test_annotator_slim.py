@@ -12,7 +12,7 @@ from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
-from annotator.slim import slimmer
+from annotator.slim import TemplateSharer, slimmer
 from tests.unit.kobj import Obj, mk
 
 REG = default_registry()
@@ -249,3 +249,49 @@ def test_a_document_someone_else_edited_is_marked_stale() -> None:
     # A key someone added beside ours stays theirs after our apply: not stale.
     extra: dict[str, Any] = {"f:data": {"f:notes": {}}}
     assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours), ("kubectl-edit", extra)))
+
+
+def test_tracked_objects_share_pod_templates_that_serialize_the_same() -> None:
+    slim = slimmer(REG)
+    dgd, dcd, dep, *_ = full = family()
+    before = copy.deepcopy(full)
+    s_dgd, s_dcd, s_dep = slim(dgd), slim(dcd), slim(dep)
+    assert full == before  # the objects given are not mutated
+    one = s_dep["spec"]["template"]["spec"]
+    assert s_dcd["spec"]["podTemplate"]["spec"] is one
+    assert s_dgd["spec"]["components"][0]["podTemplate"]["spec"] is one
+    # Equal by ==, but another key order (other bytes): not shared.
+    other = copy.deepcopy(dep)
+    other["metadata"]["uid"] = "other"
+    c = other["spec"]["template"]["spec"]["containers"][0]
+    other["spec"]["template"]["spec"]["containers"][0] = dict(reversed(list(c.items())))
+    s_other = slim(other)
+    assert s_other["spec"]["template"]["spec"] == one
+    assert s_other["spec"]["template"]["spec"] is not one
+    # Another image: not shared.
+    third = copy.deepcopy(dep)
+    third["spec"]["template"]["spec"]["containers"][0]["image"] = "other:1"
+    assert slim(third)["spec"]["template"]["spec"] is not one
+
+
+def test_template_sharing_stops_at_a_bounded_depth() -> None:
+    deep: Any = {"containers": [container()]}
+    for _ in range(5000):
+        deep = {"x": [deep]}
+    obj = mk("Deployment", "deep", spec=deep)
+    assert slimmer(REG)(obj)["spec"] is deep  # not walked down to the template, no recursion error
+
+
+def test_templates_no_object_holds_are_forgotten() -> None:
+    share = TemplateSharer(floor=8)
+
+    def deployment(i: int) -> Obj:
+        c = {**container(), "image": f"img:{i}"}
+        return mk("Deployment", f"d{i}", spec={"template": {"spec": {"containers": [c]}}})
+
+    kept = [share(deployment(i)) for i in range(4)]  # cached: their templates stay
+    for i in range(4, 100):
+        share(deployment(i))  # dropped at once, as after a rollout
+    assert len(share._known) < 16
+    again = share(deployment(0))
+    assert again["spec"]["template"]["spec"] is kept[0]["spec"]["template"]["spec"]
