@@ -15,12 +15,9 @@ objects are kept through errors: a degraded watch never empties the cache
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj
@@ -62,6 +59,12 @@ class _Pass:
 
 
 class Informer(Reflector):
+    """One kind into the sink. `options`: the reflector's (aibom_edge.reflector):
+    `label_selector`, `metadata_only` (the cache keeps only the metadata of the kind,
+    annotator.slim: the server is asked for PartialObjectMetadata), `page_size`,
+    `watch_timeout`, `idle_timeout`, backoff, `forbidden_retry`, `sync_timeout`, and
+    the injected clock, sleep and jitter source."""
+
     def __init__(
         self,
         kube: Kube,
@@ -70,40 +73,16 @@ class Informer(Reflector):
         gk: GroupKind,
         sink: Sink,
         slim: Callable[[Obj], Obj],
-        label_selector: str | None = None,
-        page_size: int = 500,
-        watch_timeout: int = 300,
-        backoff_base: float = 0.2,
-        backoff_cap: float = 30.0,
-        forbidden_retry: float = 30.0,
-        sync_timeout: float = 30.0,
-        idle_timeout: float = 90.0,
-        metadata_only: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        **options: Any,
     ) -> None:
-        # The cache keeps only the metadata of a kind `metadata_only` (annotator.slim):
-        # the server is asked for nothing more (PartialObjectMetadata).
         super().__init__(
             kube,
             gk,
             resolve=self._resource,
             log=log,
-            label_selector=label_selector,
-            metadata_only=metadata_only,
-            page_size=page_size,
-            watch_timeout=watch_timeout,
-            idle_timeout=idle_timeout,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            forbidden_retry=forbidden_retry,
-            sync_timeout=sync_timeout,
             on_state=sink.status,
             on_restart=sink.restarted,
-            clock=clock,
-            sleep=sleep,
-            rand=rand,
+            **options,
         )
         self.resource = resource
         self.sink = sink

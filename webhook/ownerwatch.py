@@ -66,10 +66,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import sys
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_of
@@ -215,7 +213,11 @@ class _Pass:
 
 
 class KindWatch(Reflector):
-    """List and watch one kind into the store, until cancelled (module doc)."""
+    """List and watch one kind into the store, until cancelled (module doc). `retry`:
+    seconds between tries of a kind not allowed or not served; `grace`: how long a
+    kind whose watch is down still answers; `options`: the reflector's
+    (aibom_edge.reflector: `page_size`, `watch_timeout`, `idle_timeout`, backoff,
+    `sync_timeout`, the injected clock, sleep and jitter source)."""
 
     def __init__(
         self,
@@ -223,20 +225,13 @@ class KindWatch(Reflector):
         gk: GroupKind,
         store: OwnerStore,
         *,
-        page_size: int = 500,
-        watch_timeout: int = DEFAULT_WATCH_TIMEOUT,
-        idle: float = 90.0,
         retry: float = 30.0,
-        backoff_base: float = 0.2,
-        backoff_cap: float = 30.0,
-        sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
         grace: float = DEFAULT_GRACE,
         on_change: Callable[[KindWatch], None] = lambda w: None,
-        on_restart: Callable[[GroupKind, str], None] = lambda gk, why: None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        **options: Any,
     ) -> None:
+        options.setdefault("watch_timeout", DEFAULT_WATCH_TIMEOUT)
+        options.setdefault("sync_timeout", DEFAULT_SYNC_TIMEOUT)
         super().__init__(
             kube,
             gk,
@@ -244,20 +239,11 @@ class KindWatch(Reflector):
             log=log,
             retry_message="owner watch failed; retrying (its kind is answered by GETs meanwhile)",
             metadata_only=True,
-            page_size=page_size,
             list_timeout=60,
-            watch_timeout=watch_timeout,
-            idle_timeout=idle,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
             forbidden_retry=retry,
             absent_retry=retry,  # a CRD installed later is picked up
-            sync_timeout=sync_timeout,
             on_state=on_change,
-            on_restart=on_restart,
-            clock=clock,
-            sleep=sleep,
-            rand=rand,
+            **options,
         )
         self.store = store
         self.grace = grace

@@ -9,19 +9,21 @@ from typing import Any
 
 from aibom_edge.kube import KubeResponse
 from annotator.informer import Informer
-from tests.unit.test_annotator_informer import GK, RES, Sink, obj, page
+from tests.unit.test_annotator_informer import GK, RES, Sink, drive, obj, page
 
 
 class Pages:
     """A page server: each answer is released by the test (`release`), and every
     request and every item the sink receives goes into one ordered log."""
 
-    def __init__(self, answers: dict[str, list[KubeResponse]]) -> None:
+    def __init__(self, answers: dict[str, list[KubeResponse]], *, held: bool = True) -> None:
         self.answers = answers  # continue token ("" first) -> answers, in order
         self.log: list[str] = []
         self.in_flight = 0
         self.most_in_flight = 0
-        self.gates: dict[str, asyncio.Event] = {tok: asyncio.Event() for tok in answers}
+        gate = asyncio.Event if held else _Open
+        self.gates: dict[str, asyncio.Event] = {tok: gate() for tok in answers}
+        self.done = asyncio.Event()  # the list completed: watching
         self.asked = asyncio.Condition()
         self.idle = asyncio.Event()  # no request in flight
 
@@ -44,6 +46,7 @@ class Pages:
 
     def watch(self, path: str, params: Any = None, **kw: Any) -> Any:
         self.log.append("WATCH")
+        self.done.set()
         return self._forever()
 
     async def _forever(self) -> Any:
@@ -68,18 +71,6 @@ class LoggingSink(Sink):
         return super().upsert(gk, o)
 
 
-def informer(pages: Pages, sink: Sink) -> Informer:
-    return Informer(
-        pages,  # type: ignore[arg-type]  # a page server with Kube's request/watch
-        RES,
-        gk=GK,
-        sink=sink,
-        slim=lambda o: o,
-        page_size=1,
-        backoff_base=0.001,
-    )
-
-
 async def test_the_next_page_is_requested_before_the_sink_gets_this_pages_items() -> None:
     pages = Pages(
         {
@@ -89,20 +80,16 @@ async def test_the_next_page_is_requested_before_the_sink_gets_this_pages_items(
         }
     )
     sink = LoggingSink(pages)
-    inf = informer(pages, sink)
-    task = asyncio.create_task(inf.run())
-    try:
-        pages.gates[""].set()
-        # Page 2 is asked for before page 1's item reaches the sink.
-        await pages.asked_for(2)
-        assert pages.log.index("GET t1") < pages.log.index("item a"), pages.log
-        pages.gates["t1"].set()
-        await pages.asked_for(3)
-        pages.gates["t2"].set()
-        await asyncio.wait_for(inf.synced.wait(), 5)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    run = asyncio.create_task(drive(pages, sink, page_size=1))  # type: ignore[arg-type]
+    pages.gates[""].set()
+    await pages.asked_for(2)  # each answer is held until the test releases it
+    pages.gates["t1"].set()
+    await pages.asked_for(3)
+    pages.gates["t2"].set()
+    inf, _ = await asyncio.wait_for(run, 10)
+    assert inf.synced.is_set()
+    # Page N+1 is asked for before page N's item reaches the sink (the previous code:
+    # GET first, item a, GET t1, item b, GET t2, item c).
     assert pages.log[:6] == ["GET first", "GET t1", "item a", "GET t2", "item b", "item c"]
     assert pages.most_in_flight == 1  # one page ahead at most: never two requests at once
     assert sorted(sink.objects) == ["u-a", "u-b", "u-c"]
@@ -120,29 +107,14 @@ async def test_a_410_on_the_page_asked_ahead_restarts_the_list_without_ghosts() 
             ],
             "t1": [KubeResponse(410, {"reason": "Expired"}, {})],
             "t3": [page([obj("b", "2")], "12")],
-        }
+        },
+        held=False,
     )
-    sink = LoggingSink(pages)
-    inf = informer(pages, sink)
-    for gate in pages.gates.values():
-        gate.set()
-    for tok in ("", "t1"):
-        pages.gates[tok] = _Open()
-    task = asyncio.create_task(inf.run())
-    try:
-        await asyncio.wait_for(inf.synced.wait(), 5)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    assert [e for e in pages.log if e.startswith("GET")] == [
-        "GET first",
-        "GET t1",
-        "GET first",
-        "GET t3",
-    ]
+    inf, sink = await drive(pages, page_size=1)  # type: ignore[arg-type]
+    assert gets(pages) == ["GET first", "GET t1", "GET first", "GET t3"]
     assert "continue_expired" in sink.restarts
     assert sorted(sink.objects) == ["u-a", "u-b"], f"ghosts: {sorted(sink.objects)}"
-    assert inf.resource_version == "12"
+    assert inf.synced.is_set() and inf.resource_version == "12"
 
 
 async def test_an_error_on_the_page_asked_ahead_keeps_what_was_stored_and_relists() -> None:
@@ -150,30 +122,25 @@ async def test_an_error_on_the_page_asked_ahead_keeps_what_was_stored_and_relist
         {
             "": [page([obj("a", "1")], "10", cont="t1"), page([obj("a", "1")], "11")],
             "t1": [KubeResponse(500, {"message": "etcd timeout"}, {})],
-        }
+        },
+        held=False,
     )
-    sink = LoggingSink(pages)
-    inf = informer(pages, sink)
-    pages.gates[""] = _Open()
-    pages.gates["t1"] = _Open()
-    task = asyncio.create_task(inf.run())
-    try:
-        await asyncio.wait_for(inf.synced.wait(), 5)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    inf, sink = await drive(pages, page_size=1)  # type: ignore[arg-type]
     assert "error" in sink.restarts and sorted(sink.objects) == ["u-a"]
-    assert [e for e in pages.log if e.startswith("GET")] == ["GET first", "GET t1", "GET first"]
+    assert gets(pages) == ["GET first", "GET t1", "GET first"]
+    assert inf.synced.is_set()
+
+
+def gets(pages: Pages) -> list[str]:
+    return [e for e in pages.log if e.startswith("GET")]
 
 
 async def test_a_cancelled_list_leaves_no_page_request_behind() -> None:
     pages = Pages({"": [page([obj("a", "1")], "10", cont="t1")], "t1": []})
-    sink = LoggingSink(pages)
-    inf = informer(pages, sink)
+    inf = Informer(pages, RES, gk=GK, sink=Sink(), slim=lambda o: o, page_size=1)  # type: ignore[arg-type]
     pages.gates[""].set()
     task = asyncio.create_task(inf.run())
     await pages.asked_for(2)
-    await asyncio.sleep(0)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await asyncio.wait_for(pages.idle.wait(), 5)  # the page asked ahead was cancelled too
