@@ -5,11 +5,14 @@ reach the sink, at most one page ahead, and the error rules still hold."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
-from aibom_edge.kube import KubeResponse
+from aibom_core.kinds import GroupKind
+from aibom_core.stamp import Keys
+from aibom_edge.kube import ApiResource, KubeResponse
 from annotator.informer import Informer
 from tests.unit.test_annotator_informer import GK, RES, Sink, drive, obj, page
+from webhook.ownerwatch import KindWatch, OwnerStore
 
 
 class Pages:
@@ -156,3 +159,54 @@ class _Open(asyncio.Event):
 
     def clear(self) -> None:
         pass
+
+
+class _Discovery:
+    def __init__(self, res: ApiResource | None) -> None:
+        self.res = res
+
+    async def resource(self, gk: GroupKind) -> ApiResource | None:
+        return self.res
+
+
+async def test_the_owner_index_shares_it_throttled_page_asked_again_index_replaced_once() -> None:
+    """The webhook's KindWatch runs the same reflector: pipelined, a throttled page asked
+    for again with the same continue token (it used to relist from the first page), and
+    the index of the kind replaced only once the list is complete."""
+    dcd = GroupKind("nvidia.com", "DynamoComponentDeployment")
+    res = ApiResource(
+        group=dcd.group,
+        version="v1alpha1",
+        kind=dcd.kind,
+        plural="dynamocomponentdeployments",
+        namespaced=True,
+    )
+    store = OwnerStore(Keys())
+    stale = store.slim(res, obj("stale", "1"))
+    assert stale is not None
+    store.upsert(dcd, stale)
+    pages = Pages(
+        {
+            "": [page([obj("a", "1")], "10", cont="t1")],
+            "t1": [
+                KubeResponse(429, {"message": "slow down"}, {"Retry-After": "0"}),
+                page([obj("b", "2")], "10"),
+            ],
+        },
+        held=False,
+    )
+    pages.discovery = _Discovery(res)  # type: ignore[attr-defined]
+    seen: list[int] = []
+    watch = KindWatch(
+        cast(Any, pages), dcd, store, page_size=1, on_change=lambda w: seen.append(len(store))
+    )
+    task = asyncio.create_task(watch.run())
+    try:
+        await asyncio.wait_for(pages.done.wait(), 5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert gets(pages) == ["GET first", "GET t1", "GET t1"]
+    assert watch.synced.is_set() and store.count(dcd) == 2
+    assert store.get("u-stale") is None and store.get("u-a") is not None
+    assert 1 in seen  # while listing, the stale entry still answered (no half-replaced kind)
