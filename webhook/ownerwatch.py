@@ -40,19 +40,19 @@ or down for less than `grace` seconds (a relist after `410 Gone`, a resumed
 watch). A watch down for longer stops answering until it has listed again,
 so a broken watch never serves old views for longer than the TTL cache would.
 
-Lifecycle of one kind (`KindWatch`, client-go's reflector in miniature)
------------------------------------------------------------------------
-Paged list (`limit`) into the index (entries of the kind the list no longer
-has are dropped); watch from the list's resourceVersion with bookmarks and
-`timeoutSeconds`; a watch the server ends is resumed from the last
-resourceVersion; `410 Gone` (also on a paged list's continue token) relists;
-`401/403` (not allowed: RBAC not granted yet) and a kind not served (404 or
-absent from discovery) are retried every `retry` seconds, the kind answered
-by GETs meanwhile; other errors and a stream silent for `idle` seconds
-resume after an exponential backoff with jitter. Decided by HTTP status,
-never by message text. The annotator's `annotator/informer.py` does the same
-for full objects; the import contract keeps the two processes apart, so this
-is a second, smaller implementation (metadata only, no sink, no pages held).
+Lifecycle of one kind (`KindWatch`)
+-----------------------------------
+The list+watch is `aibom_edge.reflector.Reflector`, shared with the
+annotator's informers: paged (and pipelined) list into the index, watch from
+the list's resourceVersion with bookmarks and `timeoutSeconds`, resumed when
+the server ends it; `410 Gone` (also on a paged list's continue token)
+relists; a throttled page is asked for again; other errors and a stream
+silent for `idle` seconds resume after an exponential backoff with jitter.
+Decided by HTTP status, never by message text. What is the index's own: metadata
+only (PartialObjectMetadata), entries of a list applied only once it is complete
+(those of the kind the list no longer has are dropped), and `401/403` (not
+allowed: RBAC not granted yet) and a kind not served (404 or absent from
+discovery) retried every `retry` seconds, the kind answered by GETs meanwhile.
 
 Readiness: `/readyz` waits for every kind to be settled (synced, known not
 readable or not served, or failing for longer than `sync_timeout`): until
@@ -66,25 +66,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import sys
-import time
-from collections.abc import Awaitable, Callable
-from enum import StrEnum
+from collections.abc import Callable
 from typing import Any
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_of
-from aibom_core.objects import Obj
+from aibom_core.objects import Obj, metadata
 from aibom_core.stamp import DEPLOYMENT, Keys
-from aibom_edge.kube import (
-    METADATA_LIST,
-    METADATA_WATCH,
-    ApiResource,
-    Kube,
-    KubeError,
-    WatchExpired,
-    retry_after,
-)
+from aibom_edge.kube import ApiResource, Kube
+from aibom_edge.reflector import Reflector, ReflectorState
 
 log = logging.getLogger("webhook.ownerwatch")
 
@@ -100,13 +90,7 @@ def owner_kinds(registry: KindRegistry) -> list[GroupKind]:
     return sorted(kinds, key=lambda gk: (gk.group, gk.kind))
 
 
-class WatchState(StrEnum):
-    LISTING = "listing"
-    WATCHING = "watching"
-    BACKOFF = "backoff"
-    FORBIDDEN = "forbidden"
-    ABSENT = "absent"  # the API server does not serve the kind
-    STOPPED = "stopped"
+WatchState = ReflectorState
 
 
 # One owner, compactly: ((apiVersion, kind), name, namespace, uid, the controller
@@ -211,20 +195,29 @@ class OwnerStore:
         self._uids[gk] = set(entries)
 
 
-class _Refused(Exception):
-    """403/401 (not allowed) or 404 / not in discovery (not served): retry slowly."""
+class _Pass:
+    """One list pass: the entries collected, the kind's replaced by them once complete
+    (a partial list never half-replaces the index)."""
 
-    def __init__(self, state: WatchState, message: str) -> None:
-        super().__init__(message)
-        self.state = state
+    def __init__(self, watch: KindWatch, res: ApiResource) -> None:
+        self._watch, self._res = watch, res
+        self.entries: dict[str, Entry] = {}
+
+    def add(self, obj: Obj) -> None:
+        entry = self._watch.store.slim(self._res, obj)
+        if entry is not None:
+            self.entries[entry[3]] = entry
+
+    def done(self) -> None:
+        self._watch.store.replace(self._watch.gk, self.entries)
 
 
-class _Silent(Exception):
-    pass
-
-
-class KindWatch:
-    """List and watch one kind into the store, until cancelled (module doc)."""
+class KindWatch(Reflector):
+    """List and watch one kind into the store, until cancelled (module doc). `retry`:
+    seconds between tries of a kind not allowed or not served; `grace`: how long a
+    kind whose watch is down still answers; `options`: the reflector's
+    (aibom_edge.reflector: `page_size`, `watch_timeout`, `idle_timeout`, backoff,
+    `sync_timeout`, the injected clock, sleep and jitter source)."""
 
     def __init__(
         self,
@@ -232,45 +225,38 @@ class KindWatch:
         gk: GroupKind,
         store: OwnerStore,
         *,
-        page_size: int = 500,
-        watch_timeout: int = DEFAULT_WATCH_TIMEOUT,
-        idle: float = 90.0,
         retry: float = 30.0,
-        backoff_base: float = 0.2,
-        backoff_cap: float = 30.0,
-        sync_timeout: float = DEFAULT_SYNC_TIMEOUT,
         grace: float = DEFAULT_GRACE,
         on_change: Callable[[KindWatch], None] = lambda w: None,
-        on_restart: Callable[[GroupKind, str], None] = lambda gk, why: None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
+        **options: Any,
     ) -> None:
-        self.kube, self.gk, self.store = kube, gk, store
-        self.page_size = page_size
-        self.watch_timeout = watch_timeout
-        self.idle = min(idle, watch_timeout + 30)
-        self.retry = retry
-        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
-        self.sync_timeout = sync_timeout
+        options.setdefault("watch_timeout", DEFAULT_WATCH_TIMEOUT)
+        options.setdefault("sync_timeout", DEFAULT_SYNC_TIMEOUT)
+        super().__init__(
+            kube,
+            gk,
+            resolve=self._resource,
+            log=log,
+            retry_message="owner watch failed; retrying (its kind is answered by GETs meanwhile)",
+            metadata_only=True,
+            list_timeout=60,
+            forbidden_retry=retry,
+            absent_retry=retry,  # a CRD installed later is picked up
+            on_state=on_change,
+            **options,
+        )
+        self.store = store
         self.grace = grace
-        self._on_change, self._on_restart = on_change, on_restart
-        self._clock, self._sleep, self._rand = clock, sleep, rand
-        self.state = WatchState.LISTING
-        self.error = ""
-        self.synced = False
-        self.resource_version = ""
-        self.relists = 0
-        self.started_at = clock()
-        self._unhealthy_since: float | None = None  # when it last stopped watching
-        self._failures = 0
+
+    async def _resource(self) -> ApiResource | None:
+        return await self.kube.discovery.resource(self.gk)
 
     @property
     def settled(self) -> bool:
         """Readiness need not wait for it: synced, known unreadable, or failing too long."""
         return (
-            self.synced
-            or self.state in (WatchState.FORBIDDEN, WatchState.ABSENT)
+            self.synced.is_set()
+            or self.state in (WatchState.FORBIDDEN, WatchState.NO_MATCH)
             or self._clock() - self.started_at > self.sync_timeout
         )
 
@@ -279,153 +265,27 @@ class KindWatch:
         return self.sync_timeout - (self._clock() - self.started_at)
 
     @property
+    def healthy(self) -> bool:
+        return self.synced.is_set() and self.state is WatchState.WATCHING
+
+    @property
     def trusted(self) -> bool:
         """Whether its entries may answer a walk now (module doc)."""
-        if not self.synced:
+        if not self.synced.is_set():
             return False
-        since = self._unhealthy_since
+        since = self.unhealthy_since
         return since is None or self._clock() - since < self.grace
 
-    def _set(self, state: WatchState, error: str = "") -> None:
-        if state is WatchState.WATCHING:
-            self._unhealthy_since = None
-        elif self._unhealthy_since is None:
-            self._unhealthy_since = self._clock()
-        changed = state is not self.state or error != self.error
-        self.state, self.error = state, error
-        if changed:
-            self._on_change(self)
+    def begin_list(self, res: ApiResource) -> _Pass:
+        return _Pass(self, res)
 
-    async def run(self) -> None:
-        relist = True
-        try:
-            while True:
-                try:
-                    res = await self.kube.discovery.resource(self.gk)
-                    if res is None:
-                        raise _Refused(WatchState.ABSENT, f"{self.gk} is not served")
-                    if relist:
-                        self._set(WatchState.LISTING)
-                        self.resource_version = await self._list(res)
-                        self.relists += 1
-                        self.synced = True
-                        relist = False
-                    self._set(WatchState.WATCHING)
-                    await self._watch(res)
-                    self._failures = 0
-                    self._on_restart(self.gk, "closed")
-                except WatchExpired:
-                    relist = True
-                    self._on_restart(self.gk, "expired")
-                except _Refused as exc:
-                    relist = True
-                    self._set(exc.state, str(exc))
-                    await self._sleep(self.retry)
-                except (KubeError, TimeoutError, ValueError, _Silent) as exc:
-                    status = exc.status if isinstance(exc, KubeError) else None
-                    if status in (401, 403, 404):
-                        relist = True  # RBAC or the CRD changed under the watch: the list says
-                    self._on_restart(self.gk, "idle" if isinstance(exc, _Silent) else "error")
-                    wait = exc.retry_after if isinstance(exc, KubeError) else None
-                    await self._backoff(str(exc) or type(exc).__name__, wait)
-        finally:
-            self._set(WatchState.STOPPED)
+    def upsert(self, res: ApiResource, obj: Obj) -> None:
+        entry = self.store.slim(res, obj)
+        if entry is not None:
+            self.store.upsert(self.gk, entry)
 
-    def backoff_delay(self, retry_after: float | None = None) -> float:
-        """The server's Retry-After if it sent one, else exponential from `backoff_base`
-        with jitter (x0.8-1.2, from the injected `rand`); never above `backoff_cap`."""
-        self._failures += 1
-        if retry_after is not None:
-            return min(self.backoff_cap, retry_after)
-        exponent = min(self._failures - 1, 30)
-        jitter = 0.8 + 0.4 * self._rand()
-        return min(self.backoff_cap, self.backoff_base * 2.0**exponent * jitter)
-
-    async def _backoff(self, error: str, wait: float | None) -> None:
-        self._set(WatchState.BACKOFF, error)
-        delay = self.backoff_delay(wait)
-        log.warning(
-            "owner watch failed; retrying (its kind is answered by GETs meanwhile)",
-            extra={"kind": str(self.gk), "error": error[:300], "retry_in_s": round(delay, 2)},
-        )
-        await self._sleep(delay)
-
-    async def _list(self, res: ApiResource) -> str:
-        path = res.path()
-        params = {"limit": str(self.page_size)}
-        seen: dict[str, Entry] = {}
-        while True:
-            resp = await self.kube.request(
-                "GET", path, params=params, accept=METADATA_LIST, timeout=60
-            )
-            body = resp.body
-            if resp.status == 410 and "continue" in params:
-                # The continue token expired: start over, forgetting this pass.
-                params.pop("continue")
-                seen = {}
-                self._on_restart(self.gk, "continue_expired")
-                continue
-            if resp.status in (401, 403):
-                raise _Refused(WatchState.FORBIDDEN, f"list {path}: HTTP {resp.status}")
-            if resp.status == 404:
-                raise _Refused(WatchState.ABSENT, f"list {path}: HTTP 404")
-            if not resp.ok or not isinstance(body, dict):
-                raise KubeError(
-                    f"list {path}: HTTP {resp.status}",
-                    status=resp.status,
-                    retry_after=retry_after(resp.headers),
-                )
-            for item in body.get("items") or ():
-                entry = self.store.slim(res, item)
-                if entry is not None:
-                    seen[entry[3]] = entry
-            meta = body.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                self.store.replace(self.gk, seen)
-                self._failures = 0
-                return str(meta.get("resourceVersion", ""))
-            params["continue"] = str(token)
-            del body
-            await asyncio.sleep(0)  # a turn for the loop between pages
-
-    async def _watch(self, res: ApiResource) -> None:
-        params = {
-            "resourceVersion": self.resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout),
-        }
-        stream = self.kube.watch(res.path(), params, accept=METADATA_WATCH)
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(self.idle):
-                        event = await anext(stream, None)
-                except TimeoutError:
-                    raise _Silent(f"watch {res.path()}: no data for {self.idle:g} s") from None
-                if event is None:
-                    return
-                self._failures = 0
-                self._apply(res, event)
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
-
-    def _apply(self, res: ApiResource, event: dict[str, Any]) -> None:
-        raw = event.get("object")
-        if not isinstance(raw, dict):
-            return
-        meta = raw.get("metadata")
-        rv = str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
-        kind = event.get("type")
-        if kind in ("ADDED", "MODIFIED"):
-            entry = self.store.slim(res, raw)
-            if entry is not None:
-                self.store.upsert(self.gk, entry)
-        elif kind == "DELETED" and isinstance(meta, dict):
-            self.store.delete(self.gk, str(meta.get("uid") or ""))
-        if rv:
-            self.resource_version = rv
+    def delete(self, res: ApiResource, obj: Obj) -> None:
+        self.store.delete(self.gk, str(metadata(obj).get("uid") or ""))
 
 
 class OwnerWatch:
@@ -460,7 +320,7 @@ class OwnerWatch:
         log.log(
             logging.WARNING if watch.state is WatchState.FORBIDDEN else logging.DEBUG,
             "owner watch state",
-            extra={"kind": str(watch.gk), "state": watch.state.value, "error": watch.error},
+            extra={"kind": str(watch.gk), "state": watch.state.value, "error": watch.last_error},
         )
 
     def owner(self, uid: str, gk: GroupKind) -> Obj | None:
@@ -476,8 +336,7 @@ class OwnerWatch:
     def summary(self) -> str:
         """`kind=state` for each kind, for /readyz and the log."""
         return ", ".join(
-            f"{gk}={'synced' if w.synced and w.state is WatchState.WATCHING else w.state.value}"
-            for gk, w in self.watches.items()
+            f"{gk}={'synced' if w.healthy else w.state.value}" for gk, w in self.watches.items()
         )
 
     async def run(self) -> None:

@@ -120,8 +120,8 @@ class Sink:
         self.restarts.append(reason)
 
 
-async def drive(script: Script, **kw: Any) -> tuple[Informer, Sink]:
-    sink = Sink()
+async def drive(script: Script, sink: Sink | None = None, **kw: Any) -> tuple[Informer, Sink]:
+    sink = sink or Sink()
     inf = Informer(
         script,  # type: ignore[arg-type]  # a scripted stand-in with Kube's watch/request
         RES,

@@ -175,8 +175,8 @@ async def test_retry_after_on_a_watch_is_waited_exactly() -> None:
         lists=[listing([obj("a", "1")], "10")],
         watches=[Reply(status=429, body={}, headers={"Retry-After": "7"})],
     )
-    inf, _ = await run_against(api, sleep=sleep)
-    assert waited[:1] == [7.0] and inf.waits[:1] == [7.0]
+    await run_against(api, sleep=sleep)
+    assert waited[:1] == [7.0]
 
 
 async def test_the_client_retries_a_429_with_retry_after_within_its_timeout() -> None:

@@ -62,7 +62,7 @@ def index(*objs: dict[str, Any], clock: Clock | None = None) -> OwnerWatch:
     extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
     watch = OwnerWatch(cast(Any, None), REG, KEYS, **extra)
     for kind_watch in watch.watches.values():
-        kind_watch.synced = True
+        kind_watch.synced.set()
         kind_watch._set(WatchState.WATCHING)
     for obj in objs:
         gk = GroupKind(obj["apiVersion"].rpartition("/")[0], obj["kind"])
@@ -376,7 +376,7 @@ async def test_readiness_stops_waiting_for_a_kind_that_never_lists() -> None:
     """`wait_settled` returns once every kind synced or its sync timeout passed."""
     watch = OwnerWatch(cast(Any, None), REG, KEYS, kinds=[DCD, DGD], sync_timeout=0.2)
     synced = watch.watches[DCD]
-    synced.synced = True
+    synced.synced.set()
     synced._set(WatchState.WATCHING)
     assert not watch.settled
     await asyncio.wait_for(watch.wait_settled(), 5)

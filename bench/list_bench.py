@@ -1,0 +1,166 @@
+"""Time until an informer of Pods is synced, for two source trees, on one real control plane.
+
+    .venv/bin/python bench/list_bench.py --pods 20000 --repeats 3 \\
+        --tree before=/tmp/main-src --tree after=.
+
+Creates `--pods` Pods (the annotator bench's Pod spec, no owner, never
+scheduled) in one namespace, then for each repeat runs, for each tree in turn,
+a fresh Python process that imports `annotator.informer` and `annotator.slim`
+from that tree and lists the Pods as the annotator does (pages of 500, the
+real slimmer, a sink that stores them) until the informer is synced. Prints
+each tree's median and range of the seconds to synced (and its CPU seconds),
+the ratio of the medians, and the load average before and after: on a loaded
+machine only the ratio measured in the same run means anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from annotator_bench import pod_spec  # noqa: E402
+
+from aibom_edge.kube import Kube  # noqa: E402
+from tests.controlplane import ControlPlane, child_env  # noqa: E402
+
+NS = "list-bench"
+
+CHILD = """
+import asyncio, json, sys, time
+from aibom_core.kinds import default_registry
+from aibom_edge.kube import ApiResource, Kube
+from annotator.informer import Informer
+from annotator.slim import slimmer
+
+POD = ApiResource(group="", version="v1", kind="Pod", plural="pods", namespaced=True)
+
+class Sink:
+    def __init__(self):
+        self.objects = {}
+    def upsert(self, gk, obj):
+        key = obj["metadata"]["uid"]
+        self.objects[key] = obj
+        return key
+    def delete(self, gk, obj):
+        self.objects.pop(obj["metadata"]["uid"], None)
+    def relisted(self, gk, seen):
+        pass
+    def status(self, informer):
+        pass
+    def restarted(self, gk, reason):
+        pass
+
+async def main():
+    async with Kube.from_kubeconfig(sys.argv[1]) as kube:
+        sink = Sink()
+        from aibom_core.kinds import GroupKind
+        inf = Informer(kube, POD, gk=GroupKind("", "Pod"), sink=sink,
+                       slim=slimmer(default_registry()), page_size=500)
+        t0, c0 = time.perf_counter(), time.process_time()
+        task = asyncio.create_task(inf.run())
+        await inf.synced.wait()
+        took, cpu = time.perf_counter() - t0, time.process_time() - c0
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        import annotator.informer as m
+        print(json.dumps({"seconds": took, "cpu": cpu, "objects": len(sink.objects), "src": m.__file__}))
+
+asyncio.run(main())
+"""
+
+
+async def populate(kube: Kube, n: int, concurrency: int = 48) -> None:
+    resp = await kube.request(
+        "POST", "/api/v1/namespaces", json={"metadata": {"name": NS}}, timeout=30
+    )
+    if not resp.ok and resp.status != 409:
+        raise RuntimeError(f"namespace: {resp.status} {resp.body}")
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"p{i}", "labels": {"app": f"a{i // 10}"}},
+            "spec": pod_spec(),
+        }
+        async with sem:
+            r = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", json=body, timeout=60)
+        if not r.ok and r.status != 409:
+            raise RuntimeError(f"pod {i}: {r.status} {str(r.body)[:200]}")
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def run_child(tree: Path, kubeconfig: Path) -> dict[str, Any]:
+    env = child_env()
+    env["PYTHONPATH"] = str(tree)
+    cmd = [sys.executable, "-c", CHILD, str(kubeconfig)]
+    out = subprocess.check_output(cmd, env=env, cwd=tree, text=True, timeout=600)
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--pods", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--tree", action="append", required=True, metavar="NAME=DIR", help="a source tree"
+    )
+    args = ap.parse_args()
+    trees = {name: Path(d).resolve() for name, _, d in (t.partition("=") for t in args.tree)}
+    with ControlPlane() as cp:
+
+        async def build() -> None:
+            async with Kube.from_kubeconfig(str(cp.kubeconfig)) as kube:
+                started = time.monotonic()
+                await populate(kube, args.pods)
+                print(f"{args.pods} Pods created in {time.monotonic() - started:.1f} s")
+
+        asyncio.run(build())
+        load = {"start": os.getloadavg()[0]}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for _ in range(args.repeats):
+            for name, tree in trees.items():
+                r = run_child(tree, cp.kubeconfig)
+                if r["objects"] != args.pods:
+                    raise SystemExit(f"{name}: listed {r['objects']} Pods, not {args.pods}")
+                runs[name].append(r)
+                print(
+                    f"{name}: {r['seconds']:.2f} s to synced, {r['cpu']:.2f} s CPU ({r['src']})",
+                    flush=True,
+                )
+        load["end"] = os.getloadavg()[0]
+    summary: dict[str, Any] = {"pods": args.pods, "repeats": args.repeats, "load": load}
+    for name, rs in runs.items():
+        secs = [r["seconds"] for r in rs]
+        summary[name] = {
+            "median_s": round(statistics.median(secs), 2),
+            "range_s": [round(min(secs), 2), round(max(secs), 2)],
+            "median_cpu_s": round(statistics.median(r["cpu"] for r in rs), 2),
+        }
+    names = list(trees)
+    if len(names) == 2:
+        a, b = (summary[n]["median_s"] for n in names)
+        summary[f"{names[1]}/{names[0]}"] = round(b / a, 3)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
