@@ -73,6 +73,13 @@ def assert_controlled_by(obj: Obj, owner: Obj, *, block_owner_deletion: bool = T
         assert ref.get("blockOwnerDeletion") is True
 
 
+def delete(cp: ControlPlane, path: str, propagation: str) -> None:
+    """DELETE `path` with this propagationPolicy (the garbage collector does the rest)."""
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+    resp = cp.request("DELETE", path, body)
+    assert resp.status == 200, resp.body
+
+
 def pod_template(name: str) -> Obj:
     return {
         "metadata": {"labels": {"app": name}},
@@ -124,12 +131,7 @@ def test_deployment_gets_replicaset_and_pods_then_gc(
         assert_controlled_by(pod, rs)
         assert pod["spec"]["serviceAccountName"] == "default"
 
-    resp = cp.request(
-        "DELETE",
-        f"/apis/apps/v1/namespaces/{ns}/deployments/web",
-        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
-    )
-    assert resp.status == 200, resp.body
+    delete(cp, f"/apis/apps/v1/namespaces/{ns}/deployments/web", "Background")
     wait_for("the garbage collector to delete the ReplicaSet", lambda: not items(cp, rs_path))
     wait_for("the garbage collector to delete the Pods", lambda: not items(cp, pods_path))
 
@@ -161,12 +163,7 @@ def test_job_gets_pods_and_foreground_delete(control_plane: ControlPlane, namesp
         == job["metadata"]["uid"]
     )
 
-    resp = cp.request(
-        "DELETE",
-        f"/apis/batch/v1/namespaces/{ns}/jobs/once",
-        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"},
-    )
-    assert resp.status == 200, resp.body
+    delete(cp, f"/apis/batch/v1/namespaces/{ns}/jobs/once", "Foreground")
     wait_for("foreground deletion of the Job and its Pods", lambda: not items(cp, pods_path))
     wait_for(
         "the Job to be gone",

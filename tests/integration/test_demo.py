@@ -24,6 +24,27 @@ from tests.integration.support import free_port
 pytestmark = pytest.mark.integration
 
 
+# Lines the demo must print.
+DEMO_OUTPUT = (
+    # The stamps as kubectl prints them, the tree, the documents.
+    "aibom.dev/root: DynamoGraphDeployment/vllm-agg",
+    "aibom.dev/rollup: uncovered",
+    "Pod/vllm-0-1  [rolled-up] -> LeaderWorkerSet/vllm",
+    "aibom.rollup.owned.3 = DynamoComponentDeployment/vllm-agg-vllmdecodeworker",
+    "documents of rolled-up children: none",
+    # The kubectl plugin, run by the real kubectl (README's quick tour).
+    "==> kubectl aibom tree dgd/vllm-agg -n aibom-demo",
+    "DynamoGraphDeployment/vllm-agg  [root]",
+    "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg",
+    "the carried stamp is current",
+    # The LWS chain is the real controller's (its field manager), not played.
+    "StatefulSet/vllm-0     controller: Pod/vllm-0",
+    "field managers: lws",
+    "[real  ] LeaderWorkerSet -> leader StatefulSet",
+    "[played] DynamoGraphDeployment",
+)
+
+
 def test_make_demo(tmp_path: Path) -> None:
     env = child_env(dict(os.environ))
     env.update(
@@ -40,22 +61,8 @@ def test_make_demo(tmp_path: Path) -> None:
         )
         out = run.stdout
         assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
-        # The stamps as kubectl prints them, the tree, the documents.
-        assert "aibom.dev/root: DynamoGraphDeployment/vllm-agg" in out
-        assert "aibom.dev/rollup: uncovered" in out
-        assert "Pod/vllm-0-1  [rolled-up] -> LeaderWorkerSet/vllm" in out
-        assert "aibom.rollup.owned.3 = DynamoComponentDeployment/vllm-agg-vllmdecodeworker" in out
-        assert "documents of rolled-up children: none" in out
-        # The kubectl plugin, run by the real kubectl (README's quick tour).
-        assert "==> kubectl aibom tree dgd/vllm-agg -n aibom-demo" in out
-        assert "DynamoGraphDeployment/vllm-agg  [root]" in out
-        assert "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg" in out
-        assert "the carried stamp is current" in out
-        # The LWS chain is the real controller's (its field manager), not played.
-        assert "StatefulSet/vllm-0     controller: Pod/vllm-0" in out
-        assert "field managers: lws" in out
-        assert "[real  ] LeaderWorkerSet -> leader StatefulSet" in out
-        assert "[played] DynamoGraphDeployment" in out
+        missing = [line for line in DEMO_OUTPUT if line not in out]
+        assert not missing, missing
         state = json.loads((tmp_path / "up" / "state.json").read_text())
         cms = subprocess.run(
             [str(kubectl_path()), "--kubeconfig", state["kubeconfig"], "get", "configmaps",

@@ -105,6 +105,19 @@ def chain(*spec: str, ns: str = "ns") -> list[Obj]:
     return out
 
 
+def dynamo_graph(component: str, rs_hash: str, pods: int = 2) -> list[Obj]:
+    """DynamoGraphDeployment/g -> DynamoComponentDeployment/COMPONENT -> Deployment/COMPONENT
+    -> ReplicaSet/COMPONENT-RS_HASH -> `pods` Pods COMPONENT-RS_HASH-<i>, graph first."""
+    rs_name = f"{component}-{rs_hash}"
+    objs = chain(
+        "DynamoGraphDeployment/g",
+        f"DynamoComponentDeployment/{component}",
+        f"Deployment/{component}",
+        f"ReplicaSet/{rs_name}",
+    )
+    return [*objs, *(mk("Pod", f"{rs_name}-{i}", objs[-1]) for i in range(pods))]
+
+
 def container_spec(
     image: str,
     *,

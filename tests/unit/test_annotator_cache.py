@@ -10,7 +10,7 @@ from aibom_core.kinds import GroupKind, default_registry, group_kind_of
 from aibom_core.walk import Reason
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, parse_label
 from annotator.keys import RootKey, SweepKey
-from tests.unit.kobj import Obj, chain, mk
+from tests.unit.kobj import Obj, chain, dynamo_graph, mk
 
 REG = default_registry()
 
@@ -44,14 +44,7 @@ def state_with(*objs: Obj, opted: bool = True) -> ClusterState:
 
 
 def graph_objects() -> list[Obj]:
-    dgd, dcd, dep, rs = chain(
-        "DynamoGraphDeployment/g",
-        "DynamoComponentDeployment/g-w",
-        "Deployment/g-w",
-        "ReplicaSet/g-w-1",
-    )
-    pods = [mk("Pod", f"g-w-1-{i}", rs) for i in range(2)]
-    return [dgd, dcd, dep, rs, *pods]
+    return dynamo_graph("g-w", "1")
 
 
 def bump(obj: Obj, **status: object) -> Obj:

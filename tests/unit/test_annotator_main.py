@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 
 import pytest
 
 from aibom_edge.options import UsageError
 from aibom_rollup.cli import build_parser
 from annotator.main import configure_parser, settings_of
+from tests.unit.clihelp import help_of
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -20,12 +19,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_help_names_every_operational_flag() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "aibom_rollup", "annotator", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = help_of("annotator")
     for flag in (
         "--kubeconfig",
         "--namespace-label",

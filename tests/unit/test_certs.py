@@ -6,8 +6,6 @@ import base64
 import contextlib
 import ssl
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from cryptography import x509
 
 from aibom_rollup.cli import main
 from certs.webhookconfig import ConfigError, fill
+from tests.unit.clihelp import help_of
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "manifests/webhook/mutatingwebhook.yaml"
@@ -107,13 +106,7 @@ def test_fill_refuses_a_file_without_a_webhook_configuration() -> None:
 
 
 def test_help_lists_the_flags() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "aibom_rollup", "certs", "--help"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = help_of("certs")
     for flag in ("--out-dir", "--service", "--namespace", "--ip", "--url", "--webhook-config"):
         assert flag in out
 

@@ -10,21 +10,14 @@ from aibom_core.graph import build_graph
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.rollup import MAX_NAME, configmap_name, inventory
 from aibom_core.walk import Reason
-from tests.unit.kobj import Obj, chain, mk
+from tests.unit.kobj import Obj, chain, dynamo_graph, mk
 
 REG = default_registry()
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 
 
 def _dgd_dcd_deployment() -> list[Obj]:
-    dgd, dcd, dep, rs = chain(
-        "DynamoGraphDeployment/g",
-        "DynamoComponentDeployment/g-decode",
-        "Deployment/g-decode",
-        "ReplicaSet/g-decode-7f",
-    )
-    pods = [mk("Pod", f"g-decode-7f-{i}", rs) for i in range(2)]
-    return [dgd, dcd, dep, rs, *pods]
+    return dynamo_graph("g-decode", "7f")
 
 
 def _tenant_pod() -> list[Obj]:

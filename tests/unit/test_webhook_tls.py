@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 
 from certs.pki import KeyPair, issue_serving, new_ca
-from webhook.tls import CertError, CertReloader
+from webhook.tls import DEFAULT_CHECK_INTERVAL, CertError, CertReloader
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -21,6 +21,21 @@ def _issue(ca: KeyPair, d: Path) -> int:
     (d / "tls.key").write_bytes(pair.key_pem)
     (d / "tls.crt").write_bytes(pair.cert_pem)
     return pair.cert.serial_number
+
+
+def _installed(
+    d: Path, interval: float = DEFAULT_CHECK_INTERVAL
+) -> tuple[KeyPair, int, CertReloader, list[bool]]:
+    """A CA (d/ca.crt, for the clients), the serial of the serving pair it issued
+    (d/tls.crt, d/tls.key), and a reloader of that pair that records each reload's result."""
+    ca = new_ca(common_name="test", now=NOW, days=1)
+    (d / "ca.crt").write_bytes(ca.cert_pem)
+    first = _issue(ca, d)
+    reloads: list[bool] = []
+    reloader = CertReloader(
+        str(d / "tls.crt"), str(d / "tls.key"), interval=interval, on_reload=reloads.append
+    )
+    return ca, first, reloader, reloads
 
 
 async def _serve(reloader: CertReloader) -> tuple[asyncio.Server, int]:
@@ -46,16 +61,7 @@ async def _connect(port: int, ca: Path) -> tuple[asyncio.StreamReader, asyncio.S
 
 
 async def test_rotation_without_dropping_open_connections(tmp_path: Path) -> None:
-    ca = new_ca(common_name="test", now=NOW, days=1)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    first = _issue(ca, tmp_path)
-    reloads: list[bool] = []
-    reloader = CertReloader(
-        str(tmp_path / "tls.crt"),
-        str(tmp_path / "tls.key"),
-        interval=0.05,
-        on_reload=reloads.append,
-    )
+    ca, first, reloader, reloads = _installed(tmp_path, interval=0.05)
     server, port = await _serve(reloader)
     watch = asyncio.create_task(reloader.watch())
     try:
@@ -79,13 +85,7 @@ async def test_rotation_without_dropping_open_connections(tmp_path: Path) -> Non
 
 
 async def test_a_half_written_rotation_keeps_the_old_pair(tmp_path: Path) -> None:
-    ca = new_ca(common_name="test", now=NOW, days=1)
-    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
-    first = _issue(ca, tmp_path)
-    reloads: list[bool] = []
-    reloader = CertReloader(
-        str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), on_reload=reloads.append
-    )
+    ca, first, reloader, reloads = _installed(tmp_path)
     other = issue_serving(ca, dns_names=["x"], ips=["127.0.0.1"], now=NOW, days=1)
     (tmp_path / "tls.crt").write_bytes(other.cert_pem)  # the key is not written yet
     assert reloader.reload() is False and reloads == [False]
