@@ -39,10 +39,10 @@ import base64
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -212,25 +212,36 @@ def private_pem(key: PrivateKey) -> bytes:
 
 def load_private_pem(pem: bytes) -> PrivateKey:
     """A PKCS#8 or SEC1 (`EC PRIVATE KEY`, cert-manager's ECDSA encoding) PEM key."""
-    try:
-        key = serialization.load_pem_private_key(pem, password=None)
-    except (ValueError, TypeError) as exc:
-        raise BadKey(f"not an unencrypted PEM private key ({exc})") from None
+    key = _load_pem(
+        lambda: serialization.load_pem_private_key(pem, password=None),
+        "an unencrypted PEM private key",
+    )
     if not isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey):
-        raise BadKey(f"{type(key).__name__} keys are not supported (use Ed25519 or P-256)")
+        raise _unsupported(key)
     algorithm_of(key)
     return key
 
 
 def load_public_pem(pem: bytes) -> PublicKey:
-    try:
-        key = serialization.load_pem_public_key(pem)
-    except (ValueError, TypeError) as exc:
-        raise BadKey(f"not a PEM public key ({exc})") from None
+    key = _load_pem(lambda: serialization.load_pem_public_key(pem), "a PEM public key")
     if not isinstance(key, Ed25519PublicKey | ec.EllipticCurvePublicKey):
-        raise BadKey(f"{type(key).__name__} keys are not supported (use Ed25519 or P-256)")
+        raise _unsupported(key)
     algorithm_of(key)
     return key
+
+
+_T = TypeVar("_T")
+
+
+def _load_pem(load: Callable[[], _T], what: str) -> _T:
+    try:
+        return load()
+    except (ValueError, TypeError) as exc:
+        raise BadKey(f"not {what} ({exc})") from None
+
+
+def _unsupported(key: object) -> BadKey:
+    return BadKey(f"{type(key).__name__} keys are not supported (use Ed25519 or P-256)")
 
 
 # -- key sets -------------------------------------------------------------------------

@@ -263,18 +263,46 @@ def _container(
         mounts = mounts + ctx.main_volumes
         models = ctx.main_models + models
         runtimes = ctx.main_runtimes + runtimes
+    return _container_at(
+        c,
+        ptr,
+        ctx,
+        name=name,
+        image=_str(c.get("image")),
+        env=env,
+        volumes=mounts,
+        init=init,
+        models=models,
+        runtimes=runtimes,
+    )
+
+
+def _container_at(
+    c: dict[str, Any],
+    ptr: str,
+    ctx: _Ctx,
+    *,
+    name: str,
+    image: str,
+    env: tuple[EnvVar, ...],
+    volumes: tuple[Volume, ...],
+    init: bool,
+    models: tuple[ModelDecl, ...] = (),
+    runtimes: tuple[RuntimeDecl, ...] = (),
+) -> Container:
+    """A Container at `ptr`: its command and args as written, the rest as the caller read it."""
     return Container(
         subject=ctx.subject,
         pointer=ptr,
         name=name,
-        image=_str(c.get("image")),
+        image=image,
         image_pointer=f"{ptr}/image",
         command=_strs(c.get("command")),
         command_pointer=f"{ptr}/command",
         args=_strs(c.get("args")),
         args_pointer=f"{ptr}/args",
         env=env,
-        volumes=mounts,
+        volumes=volumes,
         init=init,
         in_pod=ctx.in_pod,
         models=models,
@@ -576,20 +604,15 @@ def nim_image(image: Any) -> str:
 
 
 def _nim_container(c: dict[str, Any], ptr: str, ctx: _Ctx, *, init: bool) -> Container:
-    return Container(
-        subject=ctx.subject,
-        pointer=ptr,
+    return _container_at(
+        c,
+        ptr,
+        ctx,
         name=_str(c.get("name")),
         image=nim_image(c.get("image")),
-        image_pointer=f"{ptr}/image",
-        command=_strs(c.get("command")),
-        command_pointer=f"{ptr}/command",
-        args=_strs(c.get("args")),
-        args_pointer=f"{ptr}/args",
         env=_env(c.get("env"), f"{ptr}/env"),
         volumes=(),
         init=init,
-        in_pod=ctx.in_pod,
     )
 
 
