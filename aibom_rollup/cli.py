@@ -667,6 +667,12 @@ _PLUGINS: dict[str, tuple[Callable[[], ModuleType], str, str]] = {
 }
 
 
+def _offline_options(p: argparse.ArgumentParser) -> None:
+    """What every command reading a dump takes: the core options and the provenance key."""
+    add_core_options(p)
+    add_provenance_key_option(p, help_text=_OFFLINE_KEY_HELP)
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser, sub = command_parser(
         PROG,
@@ -700,8 +706,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         action="store_true",
         help=f"only namespaces of the dump labelled {OPT_IN_LABEL}=true",
     )
-    add_core_options(scan)
-    add_provenance_key_option(scan, help_text=_OFFLINE_KEY_HELP)
+    _offline_options(scan)
     scan.set_defaults(func=cmd_scan)
 
     tree = sub.add_parser(
@@ -716,8 +721,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     tree.add_argument(
         "-o", "--output", dest="output_format", choices=["text", "json"], default="text"
     )
-    add_core_options(tree)
-    add_provenance_key_option(tree, help_text=_OFFLINE_KEY_HELP)
+    _offline_options(tree)
     tree.set_defaults(func=cmd_tree)
 
     kinds = sub.add_parser(

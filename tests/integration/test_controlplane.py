@@ -136,6 +136,16 @@ def test_deployment_gets_replicaset_and_pods_then_gc(
     wait_for("the garbage collector to delete the Pods", lambda: not items(cp, pods_path))
 
 
+def cronjob_of(name: str, schedule: str, job: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A CronJob whose jobTemplate is `job`'s spec, with `spec` fields added."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": name},
+        "spec": {"schedule": schedule, **spec, "jobTemplate": {"spec": job["spec"]}},
+    }
+
+
 def job_body(name: str) -> Obj:
     return {
         "apiVersion": "batch/v1",
@@ -178,16 +188,7 @@ def test_job_from_cronjob_is_owned_and_gets_pods(
     job controller gives it Pods. (The scheduled path is ``test_cronjob_schedules_a_job``.)"""
     cp, ns = control_plane, namespace
     template = job_body("nightly")
-    cronjob_body = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": "nightly"},
-        "spec": {
-            "schedule": "0 3 * * *",
-            "suspend": True,
-            "jobTemplate": {"spec": template["spec"]},
-        },
-    }
+    cronjob_body = cronjob_of("nightly", "0 3 * * *", template, suspend=True)
     resp = cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", cronjob_body)
     assert resp.status == 201, resp.body
     cronjob = resp.json()
@@ -552,16 +553,9 @@ def scheduled_cronjob(control_plane: ControlPlane) -> Iterator[tuple[str, Obj, f
         "the default ServiceAccount",
         lambda: cp.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/default").ok,
     )
-    body = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": "every-minute"},
-        "spec": {
-            "schedule": "* * * * *",
-            "concurrencyPolicy": "Forbid",
-            "jobTemplate": {"spec": job_body("every-minute")["spec"]},
-        },
-    }
+    body = cronjob_of(
+        "every-minute", "* * * * *", job_body("every-minute"), concurrencyPolicy="Forbid"
+    )
     resp = cp.request("POST", f"/apis/batch/v1/namespaces/{ns}/cronjobs", body)
     assert resp.status == 201, resp.body
     yield ns, resp.json(), time.monotonic()
