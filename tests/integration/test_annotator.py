@@ -22,11 +22,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
@@ -64,7 +64,6 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 
 
