@@ -76,6 +76,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from aibom_core.objects import Obj
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -86,7 +88,6 @@ from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
 from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 
-Obj = dict[str, Any]
 NS = "bench"
 KEYS = Keys()
 REG = default_registry()

@@ -28,9 +28,10 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any
 
 import orjson
+
+from aibom_core.objects import Obj
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -43,7 +44,6 @@ POD = GroupKind("", "Pod")
 DEPLOYMENT = GroupKind("apps", "Deployment")
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.1"
 PER_ROOT = 10
-Obj = dict[str, Any]
 
 
 def uid(seed: str) -> str:

@@ -35,13 +35,12 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+
+from aibom_core.objects import Obj
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.controlplane import owner_reference
-
-Obj = dict[str, Any]
 
 SHAPES = ["dynamo", "dynamo-lws", "grove", "grove-sg", "lws", "nim", "cronjob", "deployment", "dcd"]
 CREATED = "2026-11-01T12:00:00Z"

@@ -64,9 +64,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import BinaryIO, Final
 
 import yaml
+
+from aibom_core.objects import Obj
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -83,8 +85,6 @@ from tests.controlplane import (  # noqa: E402
     shared_dir,
 )
 from tests.controlplane.gotools import GoTool, ensure_tool  # noqa: E402
-
-Obj = dict[str, Any]
 
 #: The snapshot in ../shared/upstream/k8s-aibom-src (its SOURCES.md: main, 2026-08-21).
 PEER_COMMIT: Final = "0dd2f89e0dd09641bb471f16f98498dc687d18b8"

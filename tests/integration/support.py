@@ -51,10 +51,10 @@ from typing import Any, Self
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 
-Obj = dict[str, Any]
 MANIFESTS = REPO_ROOT / "manifests"
 RBAC = MANIFESTS / "annotator" / "rbac.yaml"
 MANAGED = "app.kubernetes.io/managed-by=aibom-rollup"

@@ -22,11 +22,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
@@ -64,11 +64,28 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
 
 
 # -- Grove --
+
+
+def grove_pod(
+    kubectl: Kubectl,
+    ns: str,
+    graph: Obj,
+    image: str,
+    *,
+    chain: list[tuple[str, str]],
+    pod_name: str,
+    **labels: str,
+) -> None:
+    """Grove's objects under `graph`, each owning the next (`chain`: kind, name), and a Pod
+    of the last one."""
+    owner = graph
+    for kind, name in chain:
+        owner = apply(kubectl, grove(kind, ns, name, owner, image))
+    apply(kubectl, pod(ns, pod_name, owner, image, **labels))
 
 
 def test_grove_direct_clique_digest_reaches_the_graph_and_label_is_no_authority(
@@ -76,9 +93,15 @@ def test_grove_direct_clique_digest_reaches_the_graph_and_label_is_no_authority(
 ) -> None:
     image = "registry.example/dynamo/worker:1"
     graph = apply(kubectl, dgd(ns, "g", image))
-    pcs = apply(kubectl, grove("PodCliqueSet", ns, "g-0", graph, image))
-    clique = apply(kubectl, grove("PodClique", ns, "g-0-worker", pcs, image))
-    apply(kubectl, pod(ns, "g-0-worker-0", clique, image, **{GRAPH_LABEL: "g"}))
+    grove_pod(
+        kubectl,
+        ns,
+        graph,
+        image,
+        chain=[("PodCliqueSet", "g-0"), ("PodClique", "g-0-worker")],
+        pod_name="g-0-worker-0",
+        **{GRAPH_LABEL: "g"},
+    )
     set_digest(control_plane, ns, "g-0-worker-0", image, digest("grove-worker"))
     # A tenant Pod that carries the graph's label, owned by a foreign chain.
     foreign_pcs = apply(
@@ -125,10 +148,12 @@ def test_grove_scaling_group_digest_reaches_the_graph(
 ) -> None:
     image = "registry.example/dynamo/prefill:2"
     graph = apply(kubectl, dgd(ns, "sg", image))
-    pcs = apply(kubectl, grove("PodCliqueSet", ns, "sg-0", graph, image))
-    pcsg = apply(kubectl, grove("PodCliqueScalingGroup", ns, "sg-0-group", pcs, image))
-    clique = apply(kubectl, grove("PodClique", ns, "sg-0-group-0-worker", pcsg, image))
-    apply(kubectl, pod(ns, "sg-0-group-0-worker-0", clique, image))
+    chain = [
+        ("PodCliqueSet", "sg-0"),
+        ("PodCliqueScalingGroup", "sg-0-group"),
+        ("PodClique", "sg-0-group-0-worker"),
+    ]
+    grove_pod(kubectl, ns, graph, image, chain=chain, pod_name="sg-0-group-0-worker-0")
     set_digest(control_plane, ns, "sg-0-group-0-worker-0", image, digest("scaling-group"))
     wait_doc(
         control_plane, ns, "aibom-dynamographdeployment-sg", containing=(digest("scaling-group"),)

@@ -24,12 +24,11 @@ from typing import Any
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from tests.controlplane import K8S_VERSION, ControlPlane, Kubectl, shared_dir
 from tests.integration.support import crd, wait_for
 
 pytestmark = pytest.mark.integration
-
-Obj = dict[str, Any]
 
 
 def get_json(cp: ControlPlane, path: str) -> Any:

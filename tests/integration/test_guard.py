@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aibom_core.objects import ObjRef
+from aibom_core.objects import Obj, ObjRef
 from annotator.configmap import owner_reference
 from tests.controlplane import (
     REPO_ROOT,
@@ -47,7 +47,6 @@ from tests.integration.support import crd, cronjob, token_kubeconfig
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 MANIFESTS = REPO_ROOT / "manifests"
 POLICY = "aibom-rollup-provenance"
 IMAGE = "registry.example/app:1"

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
-    Obj,
     apply,
     docs,
     document,

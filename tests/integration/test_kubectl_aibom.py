@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl, child_env
 from tests.integration.support import (
     LABEL_KEY,
@@ -39,7 +39,6 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 IMAGE = "registry.example/serve/web:1.4"
 SHA = "sha256:" + "ab" * 32
 SHA2 = "sha256:" + "cd" * 32

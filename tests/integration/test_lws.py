@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from aibom_core.objects import Obj
 from tests.controlplane import (
     LWS_NAMESPACE,
     LWS_SERVICE_ACCOUNT,
@@ -58,7 +58,6 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
 LEADER_IMAGE = "registry.example/lws/leader"
 WORKER_IMAGE = "registry.example/lws/worker"

@@ -24,10 +24,10 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
 from tests.integration import support
 from tests.integration.support import (
@@ -55,7 +55,6 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 PROOF = "aibom.dev/edge-proof"
 RS_PROOF = "aibom.dev/replicaset-edge-proof"
 UNGUARDED = "aibom.dev/provenance-guard=disabled"

@@ -15,11 +15,11 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
 
+from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl
 from tests.integration.support import (
     MANIFESTS,
@@ -39,8 +39,6 @@ from tests.integration.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-Obj = dict[str, Any]
 
 
 def dgd(ns: str, name: str) -> Obj:

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
 from tests.integration.apiproxy import ApiProxy
 from tests.integration.support import (
@@ -42,7 +43,6 @@ from tests.integration.test_webhook import dcd
 
 pytestmark = pytest.mark.integration
 
-Obj = dict[str, Any]
 DCD_KIND = "nvidia.com/DynamoComponentDeployment"
 # Who the reviews say set the controller reference: in system:masters, so the
 # SubjectAccessReview of the first hop allows it and the walk follows it.

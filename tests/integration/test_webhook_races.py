@@ -21,10 +21,10 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
+from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.integration.support import (
     IMAGE,
@@ -47,8 +47,6 @@ from tests.integration.support import (
 )
 
 pytestmark = pytest.mark.integration
-
-Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-Obj = dict[str, Any]
+from aibom_core.objects import Obj
 
 API_VERSION = {
     "Pod": "v1",

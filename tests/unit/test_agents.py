@@ -20,11 +20,11 @@ from aibom_core.agents import (
 from aibom_core.bom import RootView, build_document, validate
 from aibom_core.evidence import Confidence
 from aibom_core.kinds import default_registry
+from aibom_core.objects import Obj
 from aibom_core.scrape import Container, scrape
 
 D = Confidence.DECLARED
 I = Confidence.INFERRED  # noqa: E741
-Obj = dict[str, Any]
 
 
 def container(

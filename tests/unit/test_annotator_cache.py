@@ -7,10 +7,11 @@ import copy
 import pytest
 
 from aibom_core.kinds import GroupKind, default_registry, group_kind_of
+from aibom_core.objects import Obj
 from aibom_core.walk import Reason
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, parse_label
 from annotator.keys import RootKey, SweepKey
-from tests.unit.kobj import Obj, chain, dynamo_graph, mk
+from tests.unit.kobj import chain, dynamo_graph, mk
 
 REG = default_registry()
 

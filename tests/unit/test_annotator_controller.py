@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from aibom_core.kinds import default_registry, group_kind_of
-from aibom_core.objects import ref_of
+from aibom_core.objects import Obj, ref_of
 from annotator.cache import CONFIGMAP, NAMESPACE
 from annotator.configmap import DocLabels, configmap_body, fit
 from annotator.controller import Controller, Settings
@@ -17,7 +17,7 @@ from annotator.keys import RootKey
 from annotator.ledger import RepairLedger
 from annotator.plan import DocRef
 from annotator.writer import WriteError
-from tests.unit.kobj import Obj, chain
+from tests.unit.kobj import chain
 
 REG = default_registry()
 

@@ -7,13 +7,13 @@ import json
 
 from aibom_core.bom import render
 from aibom_core.kinds import default_registry, group_kind_of
-from aibom_core.objects import controller_ref, ref_of
+from aibom_core.objects import Obj, controller_ref, ref_of
 from aibom_core.provenance import proof_for
 from aibom_core.stamp import Keys
 from annotator.cache import NAMESPACE, ClusterState
 from annotator.keys import RootKey
 from annotator.plan import Outcome, plan_root, plan_stamp
-from tests.unit.kobj import Obj, mk
+from tests.unit.kobj import mk
 
 REG = default_registry()
 KEY = b"p" * 32

@@ -10,10 +10,11 @@ import pytest
 from aibom_core.bom import RootView, build_document
 from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
+from aibom_core.objects import Obj
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 from annotator.slim import TemplateSharer, slimmer
-from tests.unit.kobj import Obj, mk
+from tests.unit.kobj import mk
 
 REG = default_registry()
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.1"

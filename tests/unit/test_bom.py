@@ -34,6 +34,7 @@ from aibom_core.bom import (
     validate,
 )
 from aibom_core.kinds import default_registry
+from aibom_core.objects import Obj
 
 REG = default_registry()
 TOOL = "0.1.0"
@@ -45,7 +46,6 @@ D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
 D3 = "sha256:" + "3" * 64
 QWEN = "Qwen/Qwen3-0.6B"
-Obj = dict[str, Any]
 
 
 def upstream(path: str, kind: str) -> Obj:

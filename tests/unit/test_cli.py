@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from aibom_core.objects import Obj
 from aibom_rollup.cli import main
-from tests.unit.kobj import Obj, chain, mk
+from tests.unit.kobj import chain, mk
 
 
 def _write(path: Path, objs: list[Obj]) -> Path:

@@ -24,9 +24,10 @@ import yaml
 from aibom_core.bom import MAX_CACHED_OBJECTS, FactsCache, RootView, facts_of, render
 from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
+from aibom_core.objects import Obj
 from aibom_core.rollup import inventory
 from aibom_core.scrape import object_signature, scrape
-from tests.unit.kobj import Obj, mk
+from tests.unit.kobj import mk
 
 REG = default_registry()
 ROOT = Path(__file__).resolve().parents[2]

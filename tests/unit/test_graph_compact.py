@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from aibom_core.graph import OwnershipGraph
 from aibom_core.kinds import default_registry
-from aibom_core.objects import OwnerRef, ref_of
-from tests.unit.kobj import Obj, mk
+from aibom_core.objects import Obj, OwnerRef, ref_of
+from tests.unit.kobj import mk
 
 REG = default_registry()
 

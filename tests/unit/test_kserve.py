@@ -18,6 +18,7 @@ from aibom_core.bom import RootView, build_document, validate
 from aibom_core.evidence import Confidence
 from aibom_core.graph import build_graph
 from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.objects import Obj
 from aibom_core.scrape import kserve_storage, scrape
 from aibom_core.walk import Rollup
 from tests.unit.kobj import uid_for
@@ -26,7 +27,6 @@ REG = default_registry()
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR") or Path(__file__).resolve().parents[1] / "upstream"
 )
-Obj = dict[str, Any]
 ISVC = "serving.kserve.io/v1beta1"
 KNATIVE = "serving.knative.dev/v1"
 

@@ -16,12 +16,12 @@ from aibom_core.bom import RootView, build_document, validate
 from aibom_core.evidence import Confidence
 from aibom_core.kinds import default_registry
 from aibom_core.models import is_sidecar, models_of
+from aibom_core.objects import Obj
 from aibom_core.scrape import scrape
 
 QWEN = "Qwen/Qwen3-0.6B"
 U = Confidence.UNRESOLVED
 D = Confidence.DECLARED
-Obj = dict[str, Any]
 
 
 def pod(containers: list[Obj], init: list[Obj] | None = None) -> Obj:

@@ -16,7 +16,7 @@ import pytest
 from aibom_core.bom import facts_of, render
 from aibom_core.graph import build_graph, key_of
 from aibom_core.kinds import default_registry
-from aibom_core.objects import ObjRef, OwnerRef, controller_ref, ref_of
+from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import (
     ProofTrust,
     ProvenanceKeyError,
@@ -29,7 +29,7 @@ from aibom_core.rollup import inventory, root_entry
 from aibom_core.stamp import Keys, stamp_of
 from aibom_core.walk import Reason, Rollup
 from certs.pki import new_key_text
-from tests.unit.kobj import Obj, mk
+from tests.unit.kobj import mk
 
 REG = default_registry()
 KEY = b"k" * 32

@@ -8,9 +8,10 @@ import pytest
 
 from aibom_core.graph import build_graph
 from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.objects import Obj
 from aibom_core.rollup import MAX_NAME, configmap_name, inventory
 from aibom_core.walk import Reason
-from tests.unit.kobj import Obj, chain, dynamo_graph, mk
+from tests.unit.kobj import chain, dynamo_graph, mk
 
 REG = default_registry()
 GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"

@@ -8,10 +8,10 @@ import pytest
 
 from aibom_core.graph import build_graph
 from aibom_core.kinds import GroupKind, default_registry
-from aibom_core.objects import ref_of
+from aibom_core.objects import Obj, ref_of
 from aibom_core.stamp import stamp_of
 from aibom_core.walk import Fetched, OwnerRequest, Reason, Rollup, resolve, walk
-from tests.unit.kobj import Obj, chain, mk
+from tests.unit.kobj import chain, mk
 
 REG = default_registry()
 

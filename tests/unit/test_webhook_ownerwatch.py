@@ -18,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason, Rollup
 from aibom_edge.kube import ApiResource
@@ -36,7 +37,6 @@ from webhook.ownerwatch import (
 )
 from webhook.resolver import OwnerCache, Resolver
 
-Obj = dict[str, Any]
 REG = default_registry()
 KEYS = Keys()
 DCD = GroupKind("nvidia.com", "DynamoComponentDeployment")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from aibom_core.kinds import default_registry
-from aibom_core.objects import OwnerRef, controller_ref, ref_of
+from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import proof_for, verify
 from aibom_core.stamp import Keys
-from tests.unit.kobj import Obj, mk
+from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, apply_patch, review
 from webhook.admission import parse_review
 from webhook.app import Admitter
