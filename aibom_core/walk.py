@@ -22,6 +22,8 @@ from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 # exactly 6 hops, the deepest real chain we know (docs/architecture.md); the cap
 # counts hops, so 6 must reach.
 DEFAULT_MAX_DEPTH = 6
+# The most hops a --max-depth may allow (every command and server takes it).
+MAX_DEPTH_LIMIT = 64
 
 
 class Reason(StrEnum):

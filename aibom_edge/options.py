@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from aibom_core.kinds import KindRegistry, RegistryError, default_registry, registry_from_config
 from aibom_core.provenance import ProvenanceKeyError, parse_key
 from aibom_core.stamp import DEFAULT_PREFIX, Keys
-from aibom_core.walk import DEFAULT_MAX_DEPTH
+from aibom_core.walk import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
 from aibom_edge.logs import FORMATS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -109,8 +109,8 @@ def keys_of(args: argparse.Namespace) -> Keys:
 
 def max_depth_of(args: argparse.Namespace) -> int:
     depth = int(args.max_depth)
-    if not 1 <= depth <= 64:
-        raise UsageError(f"--max-depth must be between 1 and 64, got {depth}")
+    if not 1 <= depth <= MAX_DEPTH_LIMIT:
+        raise UsageError(f"--max-depth must be between 1 and {MAX_DEPTH_LIMIT}, got {depth}")
     return depth
 
 

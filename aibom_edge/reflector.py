@@ -61,6 +61,9 @@ from aibom_edge.kube import (
     retry_after,
 )
 
+# The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
+MAX_WATCH_TIMEOUT = 3600
+
 
 class ReflectorState(StrEnum):
     LISTING = "listing"

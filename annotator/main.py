@@ -28,6 +28,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aibom_core.walk import MAX_DEPTH_LIMIT
 from aibom_edge import logs
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.options import (
@@ -41,6 +42,7 @@ from aibom_edge.options import (
     registry_of,
     tool_version,
 )
+from aibom_edge.reflector import MAX_WATCH_TIMEOUT
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
@@ -292,7 +294,7 @@ class Limits(BaseModel):
     sync_timeout: float = Field(gt=0)
     page_size: int = Field(ge=1)
     max_document_bytes: int = Field(ge=MIN_DOCUMENT_BYTES, le=MAX_DATA_BYTES)
-    watch_timeout: int = Field(ge=1, le=3600)
+    watch_timeout: int = Field(ge=1, le=MAX_WATCH_TIMEOUT)
     watch_idle_timeout: float = Field(gt=0)
     api_retries: int = Field(ge=0)
     leader_elect: bool
@@ -301,7 +303,7 @@ class Limits(BaseModel):
     retry_period: float = Field(gt=0)
     metrics_port: int = Field(ge=0, le=65535)
     health_port: int = Field(ge=0, le=65535)
-    max_depth: int = Field(ge=1, le=64)
+    max_depth: int = Field(ge=1, le=MAX_DEPTH_LIMIT)
 
     @model_validator(mode="after")
     def _lease_timings_fit(self) -> Self:

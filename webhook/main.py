@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aibom_core.kinds import KindRegistry
 from aibom_core.stamp import Keys
+from aibom_core.walk import MAX_DEPTH_LIMIT
 from aibom_edge import logs
 from aibom_edge.heap import pin_malloc_thresholds
 from aibom_edge.options import (
@@ -37,6 +38,7 @@ from aibom_edge.options import (
     provenance_key_of,
     registry_of,
 )
+from aibom_edge.reflector import MAX_WATCH_TIMEOUT
 from webhook.app import Admitter, Readiness, make_app
 from webhook.auth import AuthError, CallerAuth
 from webhook.guard import (
@@ -237,13 +239,13 @@ class Limits(BaseModel):
     owner_cache_size: int = Field(ge=1)
     cert_check_interval: float = Field(gt=0)
     shutdown_grace: float = Field(ge=0)
-    max_depth: int = Field(ge=1, le=64)
+    max_depth: int = Field(ge=1, le=MAX_DEPTH_LIMIT)
     header_timeout: float = Field(gt=0, le=60)
     body_timeout: float = Field(gt=0, le=60)
     max_connections: int = Field(ge=1)
     sar_cache_ttl: float = Field(ge=0)
     sar_cache_size: int = Field(ge=1)
-    owner_watch_timeout: int = Field(ge=1, le=3600)
+    owner_watch_timeout: int = Field(ge=1, le=MAX_WATCH_TIMEOUT)
     owner_watch_sync_timeout: float = Field(gt=0, le=600)
 
 
