@@ -192,6 +192,11 @@ class Reflector:
 
     # -- state ---------------------------------------------------------------------------
 
+    @property
+    def healthy(self) -> bool:
+        """Listed once and watching now."""
+        return self.synced.is_set() and self.state is ReflectorState.WATCHING
+
     def _set(self, state: ReflectorState, error: str = "") -> None:
         if state is ReflectorState.WATCHING:
             self.unhealthy_since = None

@@ -92,10 +92,6 @@ class Informer(Reflector):
         return self.resource
 
     @property
-    def healthy(self) -> bool:
-        return self.synced.is_set() and self.state is InformerState.WATCHING
-
-    @property
     def degraded(self) -> bool:
         """Never synced, and failing for longer than `sync_timeout` (e.g. a broken
         conversion webhook answering 500): the others must not wait for it."""

@@ -265,10 +265,6 @@ class KindWatch(Reflector):
         return self.sync_timeout - (self._clock() - self.started_at)
 
     @property
-    def healthy(self) -> bool:
-        return self.synced.is_set() and self.state is WatchState.WATCHING
-
-    @property
     def trusted(self) -> bool:
         """Whether its entries may answer a walk now (module doc)."""
         if not self.synced.is_set():
