@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -54,6 +54,7 @@ from aibom_core.objects import Obj
 from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
 from aibom_core.scrape import MODEL_NAME_ANNOTATION
 from aibom_core.stamp import DEFAULT_PREFIX
+from aibom_edge.schema import KindSchema
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -74,9 +75,80 @@ _META_KEYS = (
     "deletionTimestamp",
     "creationTimestamp",
 )
-_POD_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-_CONTAINER_KEYS = ("name", "image", "command", "args", "env")
-_STATUS_KEYS = ("name", "image", "imageID")
+
+
+# What of a Pod `PodSlimmer` reads, as a schema: Pods are listed and watched
+# through it (`POD_SCHEMA`, aibom_edge.schema), so the rest of each Pod is
+# skipped by the decoder and never becomes Python objects. The key tuples the
+# slimmer copies are derived from it: one list of fields, not two.
+# tests/unit/test_annotator_slim.py checks that a Pod decoded through it slims
+# to the same bytes as the whole Pod.
+class PodOwnerRef(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+    blockOwnerDeletion: bool
+
+
+class PodMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    deletionTimestamp: str
+    annotations: dict[str, str]  # filtered to our prefixes by the slimmer
+    ownerReferences: list[PodOwnerRef]
+
+
+class PodVolume(TypedDict, total=False):
+    name: str
+    persistentVolumeClaim: Any  # a model source: kept whole
+    hostPath: Any  # a model source: kept whole
+
+
+class PodContainer(TypedDict, total=False):
+    name: str
+    image: str
+    command: Any
+    args: Any
+    env: Any
+    volumeMounts: Any  # filtered to model-source volumes by the slimmer
+
+
+class PodContainerStatus(TypedDict, total=False):
+    name: str
+    image: str
+    imageID: str
+
+
+class PodSpecKept(TypedDict, total=False):
+    volumes: list[PodVolume]
+    initContainers: list[PodContainer]
+    containers: list[PodContainer]
+
+
+class PodStatusKept(TypedDict, total=False):
+    initContainerStatuses: list[PodContainerStatus]
+    containerStatuses: list[PodContainerStatus]
+
+
+class PodKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: PodMeta
+    spec: PodSpecKept
+    status: PodStatusKept
+
+
+POD_SCHEMA = KindSchema(PodKept)
+
+_POD_META_KEYS = tuple(
+    k for k in PodMeta.__annotations__ if k not in ("annotations", "ownerReferences")
+)
+_CONTAINER_KEYS = tuple(k for k in PodContainer.__annotations__ if k != "volumeMounts")
+_STATUS_KEYS = tuple(PodContainerStatus.__annotations__)
 _SHARE_LIMIT = 50_000  # owners whose last Pod is remembered before the memo starts afresh
 
 
@@ -290,7 +362,7 @@ class PodSlimmer:
             if isinstance(volumes, list):
                 s["volumes"] = slim_volumes = [v if _model_source(v) else {} for v in volumes]
                 sources = {v.get("name") for v in slim_volumes if v}
-            for key in ("initContainers", "containers"):
+            for key in ("initContainers", "containers"):  # PodSpecKept, volumes aside
                 items = spec.get(key)
                 if isinstance(items, list):
                     s[key] = [_container(c, sources) for c in items]
@@ -298,7 +370,7 @@ class PodSlimmer:
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
-            for key in ("initContainerStatuses", "containerStatuses"):
+            for key in PodStatusKept.__annotations__:
                 if key in status:
                     st[key] = _statuses(status[key])
             out["status"] = _shared_whole(parts, "status", st)
