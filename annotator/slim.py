@@ -63,19 +63,6 @@ CONFIGMAP = GroupKind("", "ConfigMap")
 NAMESPACE = GroupKind("", "Namespace")
 MODEL_PREFIX = MODEL_NAME_ANNOTATION.rpartition("/")[0] + "/"
 
-_META_KEYS = (
-    "name",
-    "generateName",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "deletionTimestamp",
-    "creationTimestamp",
-)
-
 
 # What of a Pod `PodSlimmer` reads, as a schema: Pods are listed and watched
 # through it (`POD_SCHEMA`, aibom_edge.schema), so the rest of each Pod is
@@ -83,7 +70,7 @@ _META_KEYS = (
 # slimmer copies are derived from it: one list of fields, not two.
 # tests/unit/test_annotator_slim.py checks that a Pod decoded through it slims
 # to the same bytes as the whole Pod.
-class PodOwnerRef(TypedDict, total=False):
+class OwnerRefKept(TypedDict, total=False):
     apiVersion: str
     kind: str
     name: str
@@ -99,7 +86,7 @@ class PodMeta(TypedDict, total=False):
     resourceVersion: str
     deletionTimestamp: str
     annotations: dict[str, str]  # filtered to our prefixes by the slimmer
-    ownerReferences: list[PodOwnerRef]
+    ownerReferences: list[OwnerRefKept]
 
 
 class PodVolume(TypedDict, total=False):
@@ -142,7 +129,47 @@ class PodKept(TypedDict, total=False):
     status: PodStatusKept
 
 
+# Every other kind the cache keeps only the metadata of (`slim_metadata`), and
+# our ConfigMaps (`slim_configmap`), which also need who manages what.
+class ObjectMetaKept(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerRefKept]
+    deletionTimestamp: str
+    creationTimestamp: str
+
+
+class ManagedFieldsEntryKept(TypedDict, total=False):
+    manager: str
+    fieldsV1: Any
+
+
+class ConfigMapMetaKept(ObjectMetaKept, total=False):
+    managedFields: list[ManagedFieldsEntryKept]
+
+
+class MetadataKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMetaKept
+
+
+class ConfigMapKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ConfigMapMetaKept
+
+
 POD_SCHEMA = KindSchema(PodKept)
+METADATA_SCHEMA = KindSchema(MetadataKept)
+CONFIGMAP_SCHEMA = KindSchema(ConfigMapKept)
+
+_META_KEYS = tuple(ObjectMetaKept.__annotations__)
 
 _POD_META_KEYS = tuple(
     k for k in PodMeta.__annotations__ if k not in ("annotations", "ownerReferences")
@@ -422,6 +449,16 @@ def _statuses(items: Any) -> Any:
         else s
         for s in items
     ]
+
+
+def schema_of(registry: KindRegistry, gk: GroupKind) -> KindSchema | None:
+    """How lists and watches of this kind are decoded: into what `slimmer` reads of it
+    (aibom_edge.schema); None for tracked kinds (all of it is kept)."""
+    if gk == POD:
+        return POD_SCHEMA
+    if gk == CONFIGMAP:
+        return CONFIGMAP_SCHEMA
+    return METADATA_SCHEMA if keeps_metadata_only(registry, gk) else None
 
 
 def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:

@@ -10,11 +10,18 @@ import pytest
 
 from aibom_core.bom import RootView, build_document
 from aibom_core.graph import build_graph
-from aibom_core.kinds import default_registry
+from aibom_core.kinds import default_registry, group_kind_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
-from annotator.slim import POD_SCHEMA, TemplateSharer, slimmer
+from annotator.slim import (
+    CONFIGMAP_SCHEMA,
+    METADATA_SCHEMA,
+    POD_SCHEMA,
+    TemplateSharer,
+    schema_of,
+    slimmer,
+)
 from tests.unit.kobj import mk
 
 REG = default_registry()
@@ -356,3 +363,37 @@ def test_documents_from_schema_decoded_pods_are_identical() -> None:
     slim = slimmer(REG)
     slimmed = [slim(copy.deepcopy(o)) for o in owners] + [slim(with_kind(i)) for i in items]
     assert documents(slimmed) == documents(full)
+
+
+def test_metadata_only_kinds_and_configmaps_decoded_through_their_schemas_slim_the_same() -> None:
+    *_, rs, _a, _b, _c = family()
+    rs["metadata"].update(
+        generateName="g-worker-",
+        resourceVersion="7",
+        labels={"pod-template-hash": "5f7b"},
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}", "a": "b"},
+        deletionTimestamp="2026-10-05T13:00:00Z",
+        creationTimestamp="2026-10-05T12:00:00Z",
+        managedFields=[{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
+    )
+    rs["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    edited = managed_cm(
+        (FIELD_MANAGER, {"f:data": {"f:aibom.json": {}}}),
+        ("kubectl-edit", {"f:data": {"f:aibom.json": {}}}),
+    )
+    ours = managed_cm((FIELD_MANAGER, {"f:data": {"f:aibom.json": {}}}))
+    for obj, schema in (
+        (rs, METADATA_SCHEMA),
+        (edited, CONFIGMAP_SCHEMA),
+        (ours, CONFIGMAP_SCHEMA),
+    ):
+        assert schema_of(REG, group_kind_of(obj)) is schema
+        partial = {**obj, "spec": {"replicas": 3}, "data": {"aibom.json": "{}"}}
+        [item] = schema.page(orjson.dumps({"items": [partial]}))["items"]
+        assert "spec" not in item and "data" not in item
+        expected = orjson.dumps(slimmer(REG)(copy.deepcopy(obj)))
+        assert orjson.dumps(slimmer(REG)(item)) == expected
+    assert FOREIGN_DATA in slimmer(REG)(
+        CONFIGMAP_SCHEMA.page(orjson.dumps({"items": [edited]}))["items"][0]
+    )
+    assert schema_of(REG, group_kind_of(family()[0])) is None  # tracked: kept whole
