@@ -848,17 +848,12 @@ class _KubeOpener:
 
     async def __aenter__(self) -> Kube:
         self._kube = await self._make()
-        await self._kube.open()
-        return self._kube
+        return await self._kube.__aenter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
+        """The opened client's own exit (it closes the client)."""
         if self._kube is not None:
-            await self._kube.close()
+            await self._kube.__aexit__(*exc_info)
 
 
 def _raise_on_error_event(path: str, event: Any) -> None:
