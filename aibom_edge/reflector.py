@@ -64,6 +64,12 @@ from aibom_edge.schema import KindSchema
 
 # The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
 MAX_WATCH_TIMEOUT = 3600
+# Objects per list page. kube-apiserver (1.36) answers each continued page from
+# its watch cache by first collecting every object after the continue key, so
+# small pages cost it far more CPU: listing 50,000 Pods took it 6.7 s of CPU in
+# pages of 500, 3.0 s in pages of 2,000, and 5.1 s in pages of 5,000 again
+# (BENCHMARKS.md). Two pages are held here at once (pipelining).
+DEFAULT_PAGE_SIZE = 2000
 
 
 class ReflectorState(StrEnum):
@@ -134,7 +140,7 @@ class Reflector:
         label_selector: str | None = None,
         metadata_only: bool = False,
         schema: KindSchema | None = None,
-        page_size: int = 500,
+        page_size: int = DEFAULT_PAGE_SIZE,
         list_timeout: float = 120.0,
         watch_timeout: int = 300,
         idle_timeout: float = 90.0,

@@ -34,6 +34,7 @@ from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
+from aibom_edge.reflector import DEFAULT_PAGE_SIZE
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
 from annotator.configmap import (
     FOREIGN_DATA,
@@ -77,7 +78,7 @@ class Settings:
     namespace_label: tuple[str, str] = ("aibom.dev/enabled", "true")
     max_depth: int = DEFAULT_MAX_DEPTH
     workers: int = 16  # writes in flight; etcd batches concurrent writes
-    page_size: int = 500
+    page_size: int = DEFAULT_PAGE_SIZE
     watch_timeout: int = 300
     rediscovery_interval: float = 30.0
     stamp_mode: str = "opted-in"

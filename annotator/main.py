@@ -43,7 +43,7 @@ from aibom_edge.options import (
     registry_of,
     tool_version,
 )
-from aibom_edge.reflector import MAX_WATCH_TIMEOUT
+from aibom_edge.reflector import DEFAULT_PAGE_SIZE, MAX_WATCH_TIMEOUT
 from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
@@ -194,9 +194,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     work.add_argument(
         "--page-size",
         type=int,
-        default=500,
+        default=DEFAULT_PAGE_SIZE,
         metavar="N",
-        help="objects per LIST page (default: 500)",
+        help=f"objects per LIST page (default: {DEFAULT_PAGE_SIZE}; smaller pages cost the API"
+        " server more CPU per object, larger ones more memory here)",
     )
     work.add_argument(
         "--max-document-bytes",
