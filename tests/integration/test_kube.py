@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 import pytest
@@ -16,6 +17,36 @@ from tests.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 REG = default_registry()
+
+
+async def event_of_patch(
+    control_plane: ControlPlane,
+    kube: Kube,
+    path: str,
+    name: str,
+    *,
+    rv: str,
+    annotations: dict[str, str],
+    **watch_options: Any,
+) -> dict[str, Any]:
+    """The watch event (from `rv`) of merge-patching `annotations` onto `path`/`name`;
+    other writers' events (a controller's) are passed over."""
+
+    async def first() -> dict[str, Any]:
+        params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+        async for event in kube.watch(path, params, **watch_options):
+            meta = event["object"].get("metadata") or {}
+            if (meta.get("annotations") or {}).items() >= annotations.items():
+                return event
+        raise AssertionError("watch ended without the event")
+
+    task = asyncio.create_task(first())
+    patch = {"metadata": {"annotations": annotations}}
+    patched = control_plane.request(
+        "PATCH", f"{path}/{name}", patch, content_type="application/merge-patch+json"
+    )
+    assert patched.status == 200, patched.body
+    return await asyncio.wait_for(task, 30)
 
 
 async def test_aggregated_discovery_is_two_requests_and_agrees_with_per_version(
@@ -104,21 +135,9 @@ async def test_metadata_only_owner_get_list_and_watch(
         assert "spec" not in listed.body["items"][0]
         rv = listed.body["metadata"]["resourceVersion"]
 
-        async def first_event() -> dict[str, object]:
-            """The event of our patch (the deployment controller writes too)."""
-            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
-            async for event in kube.watch(path, params, accept=METADATA_WATCH):
-                if event["object"]["metadata"]["annotations"].get("a") == "c":
-                    return event
-            raise AssertionError("watch ended without the event")
-
-        task = asyncio.create_task(first_event())
-        patch = {"metadata": {"annotations": {"a": "c"}}}
-        patched = control_plane.request(
-            "PATCH", f"{path}/owner", patch, content_type="application/merge-patch+json"
+        event = await event_of_patch(
+            control_plane, kube, path, "owner", rv=rv, annotations={"a": "c"}, accept=METADATA_WATCH
         )
-        assert patched.status == 200, patched.body
-        event = await asyncio.wait_for(task, 30)
         obj = event["object"]
         assert isinstance(obj, dict) and obj["kind"] == "PartialObjectMetadata"
         assert "spec" not in obj and obj["metadata"]["uid"] == uid
@@ -179,20 +198,11 @@ async def test_pods_listed_and_watched_through_the_schema(
         assert missing.status == 404 and missing.body["reason"] == "NotFound"
         assert "nope" in missing.body["message"]
 
-        async def first_event() -> dict[str, object]:
-            rv = trimmed.body["metadata"]["resourceVersion"]
-            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
-            async for event in kube.watch(path, params, decode=POD_SCHEMA.event):
-                return event
-            raise AssertionError("watch ended without an event")
-
-        task = asyncio.create_task(first_event())
-        patch = {"metadata": {"annotations": {"aibom.dev/rollup": "rolled-up"}}}
-        patched = control_plane.request(
-            "PATCH", f"{path}/p", patch, content_type="application/merge-patch+json"
+        rv = trimmed.body["metadata"]["resourceVersion"]
+        stamp = {"aibom.dev/rollup": "rolled-up"}
+        event = await event_of_patch(
+            control_plane, kube, path, "p", rv=rv, annotations=stamp, decode=POD_SCHEMA.event
         )
-        assert patched.status == 200, patched.body
-        event = await asyncio.wait_for(task, 30)
         obj = event["object"]
         assert event["type"] == "MODIFIED" and isinstance(obj, dict)
         assert obj["kind"] == "Pod" and "managedFields" not in obj["metadata"]
