@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -70,6 +70,7 @@ from tests.controlplane import (
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    StartAnnotator,
     grant_annotator,
     grant_lease,
     new_namespace,
@@ -184,7 +185,7 @@ def ns(kubectl: Kubectl, namespace: str) -> str:
 
 
 @pytest.fixture
-def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Callable[..., Annotator]]:
+def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[StartAnnotator]:
     """Start annotators for this test's namespace; all are stopped (SIGTERM) after it."""
     started: list[Annotator] = []
 
@@ -210,5 +211,5 @@ def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Callabl
 
 
 @pytest.fixture
-def annotator(start: Callable[..., Annotator]) -> Annotator:
+def annotator(start: StartAnnotator) -> Annotator:
     return start()

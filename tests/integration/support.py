@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import pytest
 import yaml
@@ -574,6 +574,22 @@ class Annotator:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return "(no log)"
+
+
+class StartAnnotator(Protocol):
+    """The ``start`` fixture (tests/integration/conftest.py): ``start(*args,
+    kubeconfig=, ident=, wait=)`` starts an :class:`Annotator` for the test's
+    namespace, with the extra command-line `args`, as `kubeconfig` (default: the
+    shipped ClusterRole's user) and named `ident`; with `wait`, once it is ready
+    and leading."""
+
+    def __call__(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        ident: str = "annotator-a",
+        wait: bool = True,
+    ) -> Annotator: ...
 
 
 class ConfigMapWatch:
