@@ -899,6 +899,20 @@ def wait_registered(
     wait_for("the webhook configuration to take effect", stamped, timeout=30)
 
 
+class StartWebhook(Protocol):
+    """The ``start_webhook`` fixture (tests/integration/conftest.py): starts
+    :func:`running_webhook` for the module and returns the running webhook."""
+
+    def __call__(
+        self,
+        *,
+        user: str,
+        name: str,
+        selector: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> Webhook: ...
+
+
 @contextlib.contextmanager
 def running_webhook(
     cp: ControlPlane,
