@@ -16,11 +16,13 @@ the same way:
   ``merge_patch``; ``get``/``items`` (an API GET), ``kubectl_get``;
   ``new_namespace``.
 - The annotator: ``Annotator`` (a real ``python -m aibom_rollup annotator``
-  process), its identity (``grant_annotator``, ``grant_lease``), its documents
-  (``docs``, ``document``, ``owned``, ``wait_doc``), ``Recorder`` (every watch
-  event of the documents, in order), ``settle``.
+  process), ``StartAnnotator`` (the type of conftest's ``start`` fixture), its
+  identity (``grant_annotator``, ``grant_lease``), its documents (``docs``,
+  ``document``, ``owned``, ``wait_doc``), ``Recorder`` (every watch event of the
+  documents, in order), ``settle``.
 - The webhook: ``Webhook`` (a real ``python -m aibom_rollup webhook`` process
-  and its MutatingWebhookConfiguration), ``running_webhook``, ``grant_webhook``,
+  and its MutatingWebhookConfiguration), ``running_webhook`` (and ``StartWebhook``,
+  the type of conftest's ``start_webhook`` fixture), ``grant_webhook``,
   ``shipped_role``, ``enabled_namespace``, ``wait_registered``, ``stamp``.
 - ``metric_sum`` (a Prometheus text exposition), ``ConfigMapWatch`` (a watch in
   a thread), ``token_kubeconfig`` (a bearer-token identity).
