@@ -62,7 +62,10 @@ def add_core_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_provenance_key_option(p: argparse.ArgumentParser, *, help_text: str) -> None:
+def add_provenance_key_option(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, *, help_text: str
+) -> None:
+    """--provenance-key FILE (`provenance_key_of` reads it); each command says what it is for."""
     p.add_argument("--provenance-key", metavar="FILE", help=help_text)
 
 

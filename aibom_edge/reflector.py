@@ -60,6 +60,7 @@ from aibom_edge.kube import (
     WatchExpired,
     retry_after,
 )
+from aibom_edge.schema import KindSchema
 
 # The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
 MAX_WATCH_TIMEOUT = 3600
@@ -132,6 +133,7 @@ class Reflector:
         retry_message: str = "list/watch failed; retrying",
         label_selector: str | None = None,
         metadata_only: bool = False,
+        schema: KindSchema | None = None,
         page_size: int = 500,
         list_timeout: float = 120.0,
         watch_timeout: int = 300,
@@ -154,6 +156,9 @@ class Reflector:
         self._retry_message = retry_message
         self.label_selector = label_selector
         self.metadata_only = metadata_only
+        # Decodes list pages and watch events into only the fields the subclass
+        # keeps (aibom_edge.schema); None: whole objects.
+        self.schema = schema
         self.page_size = page_size
         self.list_timeout = list_timeout
         self.watch_timeout = watch_timeout
@@ -300,11 +305,14 @@ class Reflector:
         return params
 
     async def _page(self, path: str, params: dict[str, str]) -> KubeResponse:
-        if self.metadata_only:
-            return await self.kube.request(
-                "GET", path, params=params, timeout=self.list_timeout, accept=METADATA_LIST
-            )
-        return await self.kube.request("GET", path, params=params, timeout=self.list_timeout)
+        return await self.kube.request(
+            "GET",
+            path,
+            params=params,
+            timeout=self.list_timeout,
+            accept=METADATA_LIST if self.metadata_only else None,
+            decode=self.schema.page if self.schema is not None else None,
+        )
 
     async def _list(self, res: ApiResource) -> str:
         path = res.path()
@@ -385,10 +393,11 @@ class Reflector:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout),
         }
-        stream = (
-            self.kube.watch(res.path(), params, accept=METADATA_WATCH)
-            if self.metadata_only
-            else self.kube.watch(res.path(), params)
+        stream = self.kube.watch(
+            res.path(),
+            params,
+            accept=METADATA_WATCH if self.metadata_only else None,
+            decode=self.schema.event if self.schema is not None else None,
         )
         idle = self.idle_timeout
         try:

@@ -667,6 +667,22 @@ _PLUGINS: dict[str, tuple[Callable[[], ModuleType], str, str]] = {
 }
 
 
+def _offline_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    func: Runner,
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A command reading a dump: its inputs, and running `func`; `_offline_options` after
+    the command's own options."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("inputs", nargs="*", metavar="FILE|DIR|-", help="inputs (default: stdin)")
+    p.set_defaults(func=func)
+    return p
+
+
 def _offline_options(p: argparse.ArgumentParser) -> None:
     """What every command reading a dump takes: the core options and the provenance key."""
     add_core_options(p)
@@ -682,15 +698,16 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "-A -o json | aibom-rollup scan",
     )
 
-    scan = sub.add_parser(
+    scan = _offline_command(
+        sub,
         "scan",
+        cmd_scan,
         help="offline: AIBOMs of a kubectl dump",
         description="Read `kubectl get -A -o json` output (a List), multi-document YAML, "
         "or a directory of them, and resolve every root. With -o DIR, write "
         "DIR/<namespace>/aibom-<kind>-<name>.json per root (CycloneDX 1.6); "
         "without, print a JSON summary (roots, owned, images, digests, models).",
     )
-    scan.add_argument("inputs", nargs="*", metavar="FILE|DIR|-", help="inputs (default: stdin)")
     scan.add_argument("-o", "--output", metavar="DIR", help="write one document per root here")
     scan.add_argument(
         "-j",
@@ -707,22 +724,21 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help=f"only namespaces of the dump labelled {OPT_IN_LABEL}=true",
     )
     _offline_options(scan)
-    scan.set_defaults(func=cmd_scan)
 
-    tree = sub.add_parser(
+    tree = _offline_command(
+        sub,
         "tree",
+        cmd_tree,
         help="offline: the ownership forest with each object's stamp",
         description="Print the ownership forest of a dump: every object under its "
         "controller, with the stamp the webhook would give it (status, root, reason). "
         "-o json prints one record per object with namespace, kind, name, uid and the "
         "four annotation values (root, root-uid, rollup, rollup-reason).",
     )
-    tree.add_argument("inputs", nargs="*", metavar="FILE|DIR|-", help="inputs (default: stdin)")
     tree.add_argument(
         "-o", "--output", dest="output_format", choices=["text", "json"], default="text"
     )
     _offline_options(tree)
-    tree.set_defaults(func=cmd_tree)
 
     kinds = sub.add_parser(
         "kinds",

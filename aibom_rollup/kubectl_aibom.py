@@ -86,6 +86,15 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
+def _scope_options(p: argparse.ArgumentParser, *, selector: bool = True) -> None:
+    """-A (every namespace) and, for the commands listing AIBOMs, -l."""
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    if selector:
+        p.add_argument(
+            "-l", "--selector", metavar="SELECTOR", help="label selector on the ConfigMaps"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser, sub = command_parser(
@@ -116,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and digests. Without KIND/NAME: every root of the namespace (-A: of the cluster).",
     )
     tr.add_argument("target", nargs="*", metavar="KIND/NAME")
-    tr.add_argument("-A", "--all-namespaces", action="store_true")
+    _scope_options(tr, selector=False)
     tr.add_argument(
         "-o", "--output", choices=["text", "wide", "json", "yaml", "dot"], default="text"
     )
@@ -131,8 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the cluster; -l selects on the ConfigMaps' labels).",
     )
     gt.add_argument("target", nargs="*", metavar="ROOT", help="e.g. Deployment/web, dgd/vllm-agg")
-    gt.add_argument("-A", "--all-namespaces", action="store_true")
-    gt.add_argument("-l", "--selector", metavar="SELECTOR", help="label selector on the ConfigMaps")
+    _scope_options(gt)
     gt.add_argument("-o", "--output", choices=["json", "yaml", "wide", "table"])
 
     fd = sub.add_parser(
@@ -144,8 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and image; nothing matched is not an error (exit 0, a note on stderr).",
     )
     fd.add_argument("--image", required=True, metavar="REF")
-    fd.add_argument("-A", "--all-namespaces", action="store_true")
-    fd.add_argument("-l", "--selector", metavar="SELECTOR", help="label selector on the ConfigMaps")
+    _scope_options(fd)
     fd.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
     return parser
 

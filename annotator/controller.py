@@ -59,7 +59,7 @@ from annotator.plan import (
     sources_salt,
 )
 from annotator.signing import KEY_RECHECK, Signing, publish
-from annotator.slim import keeps_metadata_only, slimmer
+from annotator.slim import keeps_metadata_only, schema_of, slimmer
 from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
 
@@ -490,6 +490,7 @@ class Controller:
             sync_timeout=self.settings.sync_timeout,
             idle_timeout=self.settings.watch_idle_timeout,
             metadata_only=keeps_metadata_only(self.settings.registry, gk),
+            schema=schema_of(self.settings.registry, gk),
         )
         self.informers[gk] = informer
         self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")

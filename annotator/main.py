@@ -36,6 +36,7 @@ from aibom_edge.options import (
     add_cluster_options,
     add_core_options,
     add_log_options,
+    add_provenance_key_option,
     flags_in_bounds,
     keys_of,
     provenance_key_of,
@@ -256,10 +257,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     add_log_options(ops)
     prov = p.add_argument_group("provenance (which controller references count)")
-    prov.add_argument(
-        "--provenance-key",
-        metavar="FILE",
-        help="the webhook's edge-proof key (the same file; base64 text as `aibom-rollup "
+    add_provenance_key_option(
+        prov,
+        help_text="the webhook's edge-proof key (the same file; base64 text as `aibom-rollup "
         "certs` writes provenance.key). Outside guarded namespaces only edges whose "
         "aibom.dev/edge-proof verifies with it are followed; without it, none are",
     )

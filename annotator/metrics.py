@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aibom_edge.metrics import unresolved_counter
+from aibom_edge.metrics import Collectors
 
 # Reconciles are cache reads plus at most a handful of writes: most take
 # milliseconds; a root with thousands of Pods, or a slow API, takes seconds.
@@ -74,15 +74,13 @@ class _ClientCounters(Collector):
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.outcomes = Counter(
+        c = Collectors(self.registry)
+        self.outcomes = c.counter(
             "aibom_workload_reconcile_outcomes",
             "Reconcile outcomes per tracked workload (docs/annotator.md defines each outcome).",
             ["kind", "outcome"],
-            registry=r,
         )
-        self.unresolved = unresolved_counter(
-            r,
+        self.unresolved = c.unresolved(
             "Object versions recorded as unresolved (a hop of the walk failed), by the "
             "walked object's kind and the hop's reason: the annotator counts each document "
             "version it writes for an unresolved root (the webhook: each admission it "
@@ -90,152 +88,128 @@ class Metrics:
         )
         # Current state (gauges), from the leader's last reconcile of each root;
         # 0 on a standby (it reconciles nothing).
-        self.roots = Gauge(
+        self.roots = c.gauge(
             "aibom_annotator_roots",
             "Roots with a document in opted-in namespaces (matched or unresolved), by kind.",
             ["kind"],
-            registry=r,
         )
-        self.rolled_up_objects = Gauge(
+        self.rolled_up_objects = c.gauge(
             "aibom_annotator_rolled_up_objects",
             "Tracked workloads rolled up into another root's document, by their kind.",
             ["kind"],
-            registry=r,
         )
-        self.unresolved_roots = Gauge(
+        self.unresolved_roots = c.gauge(
             "aibom_annotator_unresolved_roots",
             "Roots whose walk is unresolved now, by kind and the failing hop's reason.",
             ["kind", "reason"],
-            registry=r,
         )
-        self.documents = Gauge(
+        self.documents = c.gauge(
             "aibom_annotator_documents",
             "AIBOM ConfigMaps in the cache (all namespaces), by encoding (json, gzip, truncated).",
             ["encoding"],
-            registry=r,
         )
 
-        self.reconcile_duration = Histogram(
+        self.reconcile_duration = c.histogram(
             "aibom_annotator_reconcile_duration_seconds",
             "Time to reconcile one key, by queue and result.",
             ["queue", "result"],
             buckets=_DURATION_BUCKETS,
-            registry=r,
         )
-        self.queue_depth = Gauge(
+        self.queue_depth = c.gauge(
             "aibom_annotator_queue_depth",
             "Keys waiting in a work queue (queued plus delayed).",
             ["queue"],
-            registry=r,
         )
-        self.watch_healthy = Gauge(
+        self.watch_healthy = c.gauge(
             "aibom_annotator_watch_healthy",
             "1 while the list+watch of a kind is synced and streaming, else 0.",
             ["group", "kind"],
-            registry=r,
         )
-        self.watch_state = Gauge(
+        self.watch_state = c.gauge(
             "aibom_annotator_watch_state",
             "The state of each kind's informer (1 for the current state).",
             ["group", "kind", "state"],
-            registry=r,
         )
-        self.watch_restarts = Counter(
+        self.watch_restarts = c.counter(
             "aibom_annotator_watch_restarts",
             "Watches restarted, by kind and why (expired: 410 Gone relist; continue_expired: a "
             "paged list restarted; throttled: 429 or 5xx with Retry-After; idle: a silent "
             "stream; error; closed).",
             ["group", "kind", "reason"],
-            registry=r,
         )
-        self.cached_objects = Gauge(
+        self.cached_objects = c.gauge(
             "aibom_annotator_cached_objects",
             "Objects held in the in-memory cache, by kind.",
             ["group", "kind"],
-            registry=r,
         )
-        self.stamp_repairs = Counter(
+        self.stamp_repairs = c.counter(
             "aibom_annotator_stamp_repairs",
             "Objects whose aibom.dev stamp annotations were patched to agree with the graph.",
             ["kind"],
-            registry=r,
         )
-        self.stamp_skips = Counter(
+        self.stamp_skips = c.counter(
             "aibom_annotator_stamp_checks_skipped",
             "Stamp checks not judged (the cache cannot know better than the webhook), by reason.",
             ["reason"],
-            registry=r,
         )
-        self.documents_written = Counter(
+        self.documents_written = c.counter(
             "aibom_annotator_documents_written",
             "AIBOM ConfigMaps written (server-side apply), by encoding (json, gzip, truncated).",
             ["encoding"],
-            registry=r,
         )
-        self.documents_unchanged = Counter(
+        self.documents_unchanged = c.counter(
             "aibom_annotator_documents_unchanged",
             "Root reconciles that skipped the write because the input hash was unchanged.",
-            registry=r,
         )
-        self.documents_current_by_sources = Counter(
+        self.documents_current_by_sources = c.counter(
             "aibom_annotator_documents_current_by_sources",
             "Root reconciles that found the document current from its recorded sources hash "
             "alone (the same object versions), without computing the facts; also counted in "
             "aibom_annotator_documents_unchanged_total.",
-            registry=r,
         )
-        self.documents_deleted = Counter(
+        self.documents_deleted = c.counter(
             "aibom_annotator_documents_deleted",
             "AIBOM ConfigMaps deleted, by why (rolled_up, not_opted_in, stale).",
             ["reason"],
-            registry=r,
         )
-        self.documents_repaired = Counter(
+        self.documents_repaired = c.counter(
             "aibom_annotator_documents_repaired",
             "AIBOM ConfigMaps rewritten because another writer had changed their data (edited).",
             ["reason"],
-            registry=r,
         )
-        self.errors = Counter(
+        self.errors = c.counter(
             "aibom_annotator_errors",
             "Failed API operations of the annotator, by operation.",
             ["operation"],
-            registry=r,
         )
-        self.leader = Gauge(
+        self.leader = c.gauge(
             "aibom_annotator_leader",
             "1 while this replica holds the leader Lease (only the leader writes).",
-            registry=r,
         )
-        self.unproven_edges = Gauge(
+        self.unproven_edges = c.gauge(
             "aibom_annotator_unproven_edges",
             "Controller edges (to a known owner) not followed because they are not proven "
             "(no guard, no verifying edge-proof), per opted-in namespace.",
             ["namespace"],
-            registry=r,
         )
-        self.guard_disabled = Gauge(
+        self.guard_disabled = c.gauge(
             "aibom_annotator_guard_disabled_namespaces",
             "Opted-in namespaces labelled aibom.dev/provenance-guard=disabled (their "
             "edges count only with the webhook's edge-proof).",
-            registry=r,
         )
         # When did the leader's last full resync (start of leadership,
         # RBAC/CRD change) converge: every key it queued reconciled.
-        self.resync_completed = Gauge(
+        self.resync_completed = c.gauge(
             "aibom_annotator_resync_completed_timestamp_seconds",
             "Unix time at which the last full resync had every key reconciled (0: not yet).",
-            registry=r,
         )
-        self.resync_duration = Gauge(
+        self.resync_duration = c.gauge(
             "aibom_annotator_resync_duration_seconds",
             "Seconds from the start of the last full resync until every key was reconciled.",
-            registry=r,
         )
-        self.ready = Gauge(
+        self.ready = c.gauge(
             "aibom_annotator_ready",
             "1 once every kind's first list has synced (or the kind is known unreadable).",
-            registry=r,
         )
 
     def watch_requests(self, source: Callable[[], dict[str, int]]) -> None:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -54,6 +54,7 @@ from aibom_core.objects import Obj
 from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
 from aibom_core.scrape import MODEL_NAME_ANNOTATION
 from aibom_core.stamp import DEFAULT_PREFIX
+from aibom_edge.schema import KindSchema
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -62,21 +63,119 @@ CONFIGMAP = GroupKind("", "ConfigMap")
 NAMESPACE = GroupKind("", "Namespace")
 MODEL_PREFIX = MODEL_NAME_ANNOTATION.rpartition("/")[0] + "/"
 
-_META_KEYS = (
-    "name",
-    "generateName",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "deletionTimestamp",
-    "creationTimestamp",
+
+# What of a Pod `PodSlimmer` reads, as a schema: Pods are listed and watched
+# through it (`POD_SCHEMA`, aibom_edge.schema), so the rest of each Pod is
+# skipped by the decoder and never becomes Python objects. The key tuples the
+# slimmer copies are derived from it: one list of fields, not two.
+# tests/unit/test_annotator_slim.py checks that a Pod decoded through it slims
+# to the same bytes as the whole Pod.
+class OwnerRefKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+    blockOwnerDeletion: bool
+
+
+class PodMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    deletionTimestamp: str
+    annotations: dict[str, str]  # filtered to our prefixes by the slimmer
+    ownerReferences: list[OwnerRefKept]
+
+
+class PodVolume(TypedDict, total=False):
+    name: str
+    persistentVolumeClaim: Any  # a model source: kept whole
+    hostPath: Any  # a model source: kept whole
+
+
+class PodContainer(TypedDict, total=False):
+    name: str
+    image: str
+    command: Any
+    args: Any
+    env: Any
+    volumeMounts: Any  # filtered to model-source volumes by the slimmer
+
+
+class PodContainerStatus(TypedDict, total=False):
+    name: str
+    image: str
+    imageID: str
+
+
+class PodSpecKept(TypedDict, total=False):
+    volumes: list[PodVolume]
+    initContainers: list[PodContainer]
+    containers: list[PodContainer]
+
+
+class PodStatusKept(TypedDict, total=False):
+    initContainerStatuses: list[PodContainerStatus]
+    containerStatuses: list[PodContainerStatus]
+
+
+class PodKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: PodMeta
+    spec: PodSpecKept
+    status: PodStatusKept
+
+
+# Every other kind the cache keeps only the metadata of (`slim_metadata`), and
+# our ConfigMaps (`slim_configmap`), which also need who manages what.
+class ObjectMetaKept(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerRefKept]
+    deletionTimestamp: str
+    creationTimestamp: str
+
+
+class ManagedFieldsEntryKept(TypedDict, total=False):
+    manager: str
+    fieldsV1: Any
+
+
+class ConfigMapMetaKept(ObjectMetaKept, total=False):
+    managedFields: list[ManagedFieldsEntryKept]
+
+
+class MetadataKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMetaKept
+
+
+class ConfigMapKept(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ConfigMapMetaKept
+
+
+POD_SCHEMA = KindSchema(PodKept)
+METADATA_SCHEMA = KindSchema(MetadataKept)
+CONFIGMAP_SCHEMA = KindSchema(ConfigMapKept)
+
+_META_KEYS = tuple(ObjectMetaKept.__annotations__)
+
+_POD_META_KEYS = tuple(
+    k for k in PodMeta.__annotations__ if k not in ("annotations", "ownerReferences")
 )
-_POD_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp")
-_CONTAINER_KEYS = ("name", "image", "command", "args", "env")
-_STATUS_KEYS = ("name", "image", "imageID")
+_CONTAINER_KEYS = tuple(k for k in PodContainer.__annotations__ if k != "volumeMounts")
+_STATUS_KEYS = tuple(PodContainerStatus.__annotations__)
 _SHARE_LIMIT = 50_000  # owners whose last Pod is remembered before the memo starts afresh
 
 
@@ -290,7 +389,7 @@ class PodSlimmer:
             if isinstance(volumes, list):
                 s["volumes"] = slim_volumes = [v if _model_source(v) else {} for v in volumes]
                 sources = {v.get("name") for v in slim_volumes if v}
-            for key in ("initContainers", "containers"):
+            for key in ("initContainers", "containers"):  # PodSpecKept, volumes aside
                 items = spec.get(key)
                 if isinstance(items, list):
                     s[key] = [_container(c, sources) for c in items]
@@ -298,7 +397,7 @@ class PodSlimmer:
         status = obj.get("status")
         if isinstance(status, dict):
             st: dict[str, Any] = {}
-            for key in ("initContainerStatuses", "containerStatuses"):
+            for key in PodStatusKept.__annotations__:
                 if key in status:
                     st[key] = _statuses(status[key])
             out["status"] = _shared_whole(parts, "status", st)
@@ -350,6 +449,16 @@ def _statuses(items: Any) -> Any:
         else s
         for s in items
     ]
+
+
+def schema_of(registry: KindRegistry, gk: GroupKind) -> KindSchema | None:
+    """How lists and watches of this kind are decoded: into what `slimmer` reads of it
+    (aibom_edge.schema); None for tracked kinds (all of it is kept)."""
+    if gk == POD:
+        return POD_SCHEMA
+    if gk == CONFIGMAP:
+        return CONFIGMAP_SCHEMA
+    return METADATA_SCHEMA if keeps_metadata_only(registry, gk) else None
 
 
 def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:

@@ -3,11 +3,13 @@
     .venv/bin/python bench/list_bench.py --pods 20000 --repeats 3 \\
         --tree before=/tmp/main-src --tree after=.
 
-Creates `--pods` Pods (the annotator bench's Pod spec, no owner, never
-scheduled) in one namespace, then for each repeat runs, for each tree in turn,
+Creates `--pods` Pods in one namespace as the annotator bench has them (its
+Pod spec, a controller owner for every 10, the webhook's stamps, container
+statuses with an imageID written through pods/status; never scheduled), then for each repeat runs, for each tree in turn,
 a fresh Python process that imports `annotator.informer` and `annotator.slim`
 from that tree and lists the Pods as the annotator does (pages of 500, the
-real slimmer, a sink that stores them) until the informer is synced. Prints
+real slimmer, a sink that stores them; the Pod schema where the tree has one) until the
+informer is synced. Prints
 each tree's median and range of the seconds to synced (and its CPU seconds),
 the ratio of the medians, and the load average before and after: on a loaded
 machine only the ratio measured in the same run means anything.
@@ -30,12 +32,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from annotator_bench import pod_spec  # noqa: E402
+from annotator_bench import pod_spec, sha, status_body  # noqa: E402
 
+from aibom_core.stamp import Keys  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
-from tests.controlplane import ControlPlane, child_env  # noqa: E402
+from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 
 NS = "list-bench"
+KEYS = Keys()
 
 CHILD = """
 import asyncio, json, sys, time
@@ -66,8 +70,13 @@ async def main():
     async with Kube.from_kubeconfig(sys.argv[1]) as kube:
         sink = Sink()
         from aibom_core.kinds import GroupKind
+        try:  # the Pod schema (aibom_edge.schema), in trees that have it
+            from annotator.slim import POD_SCHEMA
+            opts = {"schema": POD_SCHEMA}
+        except ImportError:
+            opts = {}
         inf = Informer(kube, POD, gk=GroupKind("", "Pod"), sink=sink,
-                       slim=slimmer(default_registry()), page_size=500)
+                       slim=slimmer(default_registry()), page_size=500, **opts)
         t0, c0 = time.perf_counter(), time.process_time()
         task = asyncio.create_task(inf.run())
         await inf.synced.wait()
@@ -89,17 +98,55 @@ async def populate(kube: Kube, n: int, concurrency: int = 48) -> None:
         raise RuntimeError(f"namespace: {resp.status} {resp.body}")
     sem = asyncio.Semaphore(concurrency)
 
+    async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with sem:
+            r = await kube.request("POST", path, json=body, timeout=60)
+        if not r.ok:
+            raise RuntimeError(f"{path}: {r.status} {str(r.body)[:200]}")
+        return r.body  # type: ignore[no-any-return]
+
+    # The owners: ConfigMaps (no controller acts on them; the garbage collector
+    # finds them), one per 10 Pods, as a ReplicaSet would own its Pods.
+    owners = await asyncio.gather(
+        *(
+            post(f"/api/v1/namespaces/{NS}/configmaps", {"metadata": {"name": f"o{k}"}})
+            for k in range((n + 9) // 10)
+        )
+    )
+    for o in owners:
+        o.setdefault("apiVersion", "v1")
+        o.setdefault("kind", "ConfigMap")
+
     async def one(i: int) -> None:
+        owner = owners[i // 10]
+        uid = owner["metadata"]["uid"]
+        stamps = {
+            KEYS.root: f"v1/ConfigMap/{NS}/{owner['metadata']['name']}",
+            KEYS.root_uid: uid,
+            KEYS.rollup: "rolled-up",
+        }
         body = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"p{i}", "labels": {"app": f"a{i // 10}"}},
+            "metadata": {
+                "name": f"p{i}",
+                "labels": {"app": f"a{i // 10}"},
+                "annotations": stamps,
+                "ownerReferences": [owner_reference(owner)],
+            },
             "spec": pod_spec(),
         }
+        await post(f"/api/v1/namespaces/{NS}/pods", body)
         async with sem:
-            r = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", json=body, timeout=60)
-        if not r.ok and r.status != 409:
-            raise RuntimeError(f"pod {i}: {r.status} {str(r.body)[:200]}")
+            r = await kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{NS}/pods/p{i}/status",
+                json=status_body(sha(f"d{i // 10}")),
+                content_type="application/merge-patch+json",
+                timeout=60,
+            )
+        if not r.ok:
+            raise RuntimeError(f"pod {i} status: {r.status} {str(r.body)[:200]}")
 
     await asyncio.gather(*(one(i) for i in range(n)))
 

@@ -33,6 +33,7 @@ from aibom_edge.options import (
     add_cluster_options,
     add_core_options,
     add_log_options,
+    add_provenance_key_option,
     flags_in_bounds,
     keys_of,
     provenance_key_of,
@@ -190,10 +191,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help=f"owners kept at most, least recently used go first (default {DEFAULT_CACHE_SIZE})",
     )
     prov = p.add_argument_group("provenance (who may set a controller reference)")
-    prov.add_argument(
-        "--provenance-key",
-        metavar="FILE",
-        help="key of the aibom.dev/edge-proof annotation (base64 text of 32 random bytes, "
+    add_provenance_key_option(
+        prov,
+        help_text="key of the aibom.dev/edge-proof annotation (base64 text of 32 random bytes, "
         "as `aibom-rollup certs` writes provenance.key; the annotator needs the same "
         "file). Without it edges are still checked and stamped, but no proof is written",
     )

@@ -8,9 +8,9 @@ kinds), reasons and results are enums.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-from aibom_edge.metrics import unresolved_counter
+from aibom_edge.metrics import Collectors
 
 # Sub-millisecond buckets: the goal for an ownerless review is p99 <= 2 ms.
 LATENCY_BUCKETS = (
@@ -35,118 +35,99 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.admission_seconds = Histogram(
+        c = Collectors(self.registry)
+        self.admission_seconds = c.histogram(
             "aibom_webhook_admission_duration_seconds",
             "Time from reading a review to answering it, by kind and operation.",
             ["kind", "operation"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.admissions = Counter(
+        self.admissions = c.counter(
             "aibom_webhook_admissions_total",
             "Reviews answered, by kind, operation and result (the rollup status stamped, "
             "`skipped` when the object is not ours to stamp, `error` when our code failed).",
             ["kind", "operation", "result"],
-            registry=r,
         )
-        self.patches = Counter(
+        self.patches = c.counter(
             "aibom_webhook_patches_total",
             "Reviews answered with a non-empty patch (the stamp was missing or wrong).",
             ["kind"],
-            registry=r,
         )
-        self.unresolved = unresolved_counter(
-            r,
+        self.unresolved = c.unresolved(
             "Walks that failed before reaching a tracked ancestor, by the admitted "
             "object's kind and the failure reason.",
         )
-        self.errors = Counter(
+        self.errors = c.counter(
             "aibom_webhook_errors_total",
             "Bugs or unexpected failures in the webhook; the review was still allowed.",
             ["stage"],
-            registry=r,
         )
-        self.bad_requests = Counter(
+        self.bad_requests = c.counter(
             "aibom_webhook_bad_requests_total",
             "Requests refused at the HTTP level (no review answered), by HTTP status.",
             ["status"],
-            registry=r,
         )
-        self.owner_lookups = Counter(
+        self.owner_lookups = c.counter(
             "aibom_webhook_owner_lookups_total",
             "Owner lookups of the walk: `get` (an API GET), `cache` (served from the "
             "UID-keyed owner cache), `watch` (served from the watch-backed owner index), "
             "`shared` (joined a GET already in flight), `refreshed` (a walk from memory "
             "refused because the object carried newer values; walked again with GETs).",
             ["source"],
-            registry=r,
         )
-        self.owner_watch_restarts = Counter(
+        self.owner_watch_restarts = c.counter(
             "aibom_webhook_owner_watch_restarts_total",
             "Restarts of the owner index's watches, by kind and reason: `closed` "
             "(the server ended it; resumed), `expired` (410 Gone; relisted), "
             "`continue_expired`, `error`, `idle` (silent too long; resumed).",
             ["kind", "reason"],
-            registry=r,
         )
-        self.owner_watch_synced = Gauge(
+        self.owner_watch_synced = c.gauge(
             "aibom_webhook_owner_watch_synced",
             "1 while a kind of the owner index is listed and watched (its entries answer "
             "walks), else 0 (its owners are fetched with GETs).",
             ["kind"],
-            registry=r,
         )
-        self.owner_index_objects = Gauge(
+        self.owner_index_objects = c.gauge(
             "aibom_webhook_owner_index_objects",
             "Owners held by the watch-backed owner index (slim entries).",
-            registry=r,
         )
-        self.provenance_checks = Counter(
+        self.provenance_checks = c.counter(
             "aibom_webhook_provenance_checks_total",
             "Checks of an object's own controller edge: `allowed`, `denied` "
             "(not followed, stamped unproven), `error` (review failed or timed out: "
             "stamped unproven, reason Unchecked), `kept` (an UPDATE keeping the reference: "
             "oldObject's verdict, no review).",
             ["result"],
-            registry=r,
         )
-        self.provenance_cache_hits = Counter(
+        self.provenance_cache_hits = c.counter(
             "aibom_webhook_provenance_cache_hits_total",
             "Edge checks answered from the SubjectAccessReview cache.",
-            registry=r,
         )
-        self.guard_lookups = Counter(
+        self.guard_lookups = c.counter(
             "aibom_webhook_provenance_guard_gets_total",
             "API GETs made to learn whether a namespace is guarded (namespace labels, "
             "the ValidatingAdmissionPolicyBinding); cached for a short TTL.",
-            registry=r,
         )
-        self.cert_reloads = Counter(
+        self.cert_reloads = c.counter(
             "aibom_webhook_cert_reloads_total",
             "Serving certificate (re)loads, by result.",
             ["result"],
-            registry=r,
         )
-        self.connections_cut = Counter(
+        self.connections_cut = c.counter(
             "aibom_webhook_connections_cut_total",
             "Connections closed by the edge's limits: `header-timeout`, `body-timeout`, "
             "`evicted` (a slow connection made room at the cap), `cap` (refused at the cap).",
             ["reason"],
-            registry=r,
         )
-        self.cert_expiry = Gauge(
+        self.cert_expiry = c.gauge(
             "aibom_webhook_serving_cert_expiry_timestamp_seconds",
             "notAfter of the serving certificate being served (Unix seconds); "
             "the CertificateExpiresSoon alert (docs/runbooks.md) compares it with time().",
-            registry=r,
         )
-        self.ready = Gauge(
+        self.ready = c.gauge(
             "aibom_webhook_ready",
             "1 when the certificate is loaded, the API client answered and the owner "
             "index settled.",
-            registry=r,
         )
-        self.in_flight = Gauge(
-            "aibom_webhook_reviews_in_flight", "Reviews being answered now.", registry=r
-        )
+        self.in_flight = c.gauge("aibom_webhook_reviews_in_flight", "Reviews being answered now.")

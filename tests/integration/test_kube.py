@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Reason
 from aibom_edge.kube import METADATA_LIST, METADATA_WATCH, Kube
+from annotator.slim import POD_SCHEMA, slimmer
 from tests.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
+REG = default_registry()
 
 
 async def test_aggregated_discovery_is_two_requests_and_agrees_with_per_version(
@@ -143,3 +146,59 @@ async def test_watch_streams_events(control_plane: ControlPlane, namespace: str)
         assert event["type"] == "ADDED"
         obj = event["object"]
         assert isinstance(obj, dict) and obj["metadata"]["name"] == "watched"
+
+
+async def test_pods_listed_and_watched_through_the_schema(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The annotator's Pod schema on the real API server: items and events trimmed to
+    what the slimmer reads, slimming to the same bytes as whole Pods; error answers
+    keep their Status whole."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"aibom.dev/rollup": "root"}},
+        "spec": {"containers": [{"name": "m", "image": "registry.example/app:1"}]},
+    }
+    created = control_plane.request("POST", path, body)
+    assert created.status == 201, created.body
+    async with Kube.from_kubeconfig(str(control_plane.kubeconfig)) as kube:
+        whole = await kube.request("GET", path)
+        trimmed = await kube.request("GET", path, decode=POD_SCHEMA.page)
+        assert trimmed.body["metadata"]["resourceVersion"]
+        [item] = trimmed.body["items"]
+        assert "managedFields" not in item["metadata"] and "dnsPolicy" not in item["spec"]
+        [full] = whole.body["items"]
+        assert "managedFields" in full["metadata"]  # what the decoder skipped was there
+        as_pod = {"apiVersion": "v1", "kind": "Pod"}
+        assert orjson.dumps(slimmer(REG)({**as_pod, **item})) == orjson.dumps(
+            slimmer(REG)({**as_pod, **full})
+        )
+        missing = await kube.request("GET", f"{path}/nope", decode=POD_SCHEMA.page)
+        assert missing.status == 404 and missing.body["reason"] == "NotFound"
+        assert "nope" in missing.body["message"]
+
+        async def first_event() -> dict[str, object]:
+            rv = trimmed.body["metadata"]["resourceVersion"]
+            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+            async for event in kube.watch(path, params, decode=POD_SCHEMA.event):
+                return event
+            raise AssertionError("watch ended without an event")
+
+        task = asyncio.create_task(first_event())
+        patch = {"metadata": {"annotations": {"aibom.dev/rollup": "rolled-up"}}}
+        patched = control_plane.request(
+            "PATCH", f"{path}/p", patch, content_type="application/merge-patch+json"
+        )
+        assert patched.status == 200, patched.body
+        event = await asyncio.wait_for(task, 30)
+        obj = event["object"]
+        assert event["type"] == "MODIFIED" and isinstance(obj, dict)
+        assert obj["kind"] == "Pod" and "managedFields" not in obj["metadata"]
+        assert obj["metadata"]["annotations"] == {"aibom.dev/rollup": "rolled-up"}
+    restricted = control_plane.restricted_kubeconfig("nobody-pods")
+    async with Kube.from_kubeconfig(str(restricted)) as kube:
+        refused = await kube.request("GET", path, decode=POD_SCHEMA.page)
+        assert refused.status == 403 and refused.body["reason"] == "Forbidden"
+        assert "cannot list resource" in refused.body["message"]

@@ -5,15 +5,23 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 
 from aibom_core.bom import RootView, build_document
 from aibom_core.graph import build_graph
-from aibom_core.kinds import default_registry
+from aibom_core.kinds import default_registry, group_kind_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
-from annotator.slim import TemplateSharer, slimmer
+from annotator.slim import (
+    CONFIGMAP_SCHEMA,
+    METADATA_SCHEMA,
+    POD_SCHEMA,
+    TemplateSharer,
+    schema_of,
+    slimmer,
+)
 from tests.unit.kobj import mk
 
 REG = default_registry()
@@ -296,3 +304,96 @@ def test_templates_no_object_holds_are_forgotten() -> None:
     assert len(share._known) < 16
     again = share(deployment(0))
     assert again["spec"]["template"]["spec"] is kept[0]["spec"]["template"]["spec"]
+
+
+def pod_variants() -> list[Obj]:
+    """Pods with every field the slimmer reads: the family's, one being deleted with a
+    generateName and a non-controller owner, one with no spec or status."""
+    *_, a, b, c = family()
+    d = copy.deepcopy(a)
+    d["metadata"].update(
+        name="g-worker-5f7b-d",
+        uid="uid-d",
+        generateName="g-worker-5f7b-",
+        resourceVersion="42",
+        deletionTimestamp="2026-10-05T13:00:00Z",
+    )
+    d["metadata"]["ownerReferences"].insert(
+        0, {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "u-cm"}
+    )
+    d["metadata"]["ownerReferences"][1]["blockOwnerDeletion"] = True
+    d["spec"]["containers"][0]["env"].append({"name": "EMPTY"})
+    bare = {"metadata": {"name": "bare", "namespace": "ns", "uid": "uid-bare"}}
+    return [a, b, c, d, bare]
+
+
+def as_listed(pod: Obj) -> Obj:
+    """A Pod as a list page carries it: no apiVersion and kind (the informer adds them)."""
+    return {k: v for k, v in pod.items() if k not in ("apiVersion", "kind")}
+
+
+def with_kind(pod: Obj) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", **pod}
+
+
+def test_a_pod_decoded_through_the_schema_slims_to_the_same_bytes() -> None:
+    pods = pod_variants()
+    page = orjson.dumps({"metadata": {"continue": "t"}, "items": [as_listed(p) for p in pods]})
+    decoded = POD_SCHEMA.page(page)
+    assert decoded["metadata"] == {"continue": "t"}
+    whole, trimmed = slimmer(REG), slimmer(REG)  # separate sibling memos
+    for pod, item in zip(pods, decoded["items"], strict=True):
+        assert "managedFields" not in item.get("metadata", {})  # skipped by the decoder
+        expected = orjson.dumps(whole(with_kind(as_listed(copy.deepcopy(pod)))))
+        assert orjson.dumps(trimmed(with_kind(item))) == expected
+    # Watch events carry apiVersion and kind; DELETED objects are trimmed too.
+    events = slimmer(REG)
+    for pod, kind in zip(pods, ("ADDED", "MODIFIED", "DELETED", "ADDED", "ADDED"), strict=True):
+        event = POD_SCHEMA.event(orjson.dumps({"type": kind, "object": pod}))
+        assert event["type"] == kind and "managedFields" not in event["object"]["metadata"]
+        assert orjson.dumps(events(event["object"])) == orjson.dumps(
+            slimmer(REG)(copy.deepcopy(pod))
+        )
+
+
+def test_documents_from_schema_decoded_pods_are_identical() -> None:
+    full = family()
+    *owners, a, b, c = full
+    items = POD_SCHEMA.page(orjson.dumps({"items": [as_listed(p) for p in (a, b, c)]}))["items"]
+    slim = slimmer(REG)
+    slimmed = [slim(copy.deepcopy(o)) for o in owners] + [slim(with_kind(i)) for i in items]
+    assert documents(slimmed) == documents(full)
+
+
+def test_metadata_only_kinds_and_configmaps_decoded_through_their_schemas_slim_the_same() -> None:
+    *_, rs, _a, _b, _c = family()
+    rs["metadata"].update(
+        generateName="g-worker-",
+        resourceVersion="7",
+        labels={"pod-template-hash": "5f7b"},
+        annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}", "a": "b"},
+        deletionTimestamp="2026-10-05T13:00:00Z",
+        creationTimestamp="2026-10-05T12:00:00Z",
+        managedFields=[{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
+    )
+    rs["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    edited = managed_cm(
+        (FIELD_MANAGER, {"f:data": {"f:aibom.json": {}}}),
+        ("kubectl-edit", {"f:data": {"f:aibom.json": {}}}),
+    )
+    ours = managed_cm((FIELD_MANAGER, {"f:data": {"f:aibom.json": {}}}))
+    for obj, schema in (
+        (rs, METADATA_SCHEMA),
+        (edited, CONFIGMAP_SCHEMA),
+        (ours, CONFIGMAP_SCHEMA),
+    ):
+        assert schema_of(REG, group_kind_of(obj)) is schema
+        partial = {**obj, "spec": {"replicas": 3}, "data": {"aibom.json": "{}"}}
+        [item] = schema.page(orjson.dumps({"items": [partial]}))["items"]
+        assert "spec" not in item and "data" not in item
+        expected = orjson.dumps(slimmer(REG)(copy.deepcopy(obj)))
+        assert orjson.dumps(slimmer(REG)(item)) == expected
+    assert FOREIGN_DATA in slimmer(REG)(
+        CONFIGMAP_SCHEMA.page(orjson.dumps({"items": [edited]}))["items"][0]
+    )
+    assert schema_of(REG, group_kind_of(family()[0])) is None  # tracked: kept whole
