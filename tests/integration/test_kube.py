@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import orjson
 import pytest
@@ -16,6 +18,28 @@ from tests.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 REG = default_registry()
+
+
+async def event_of_patch(
+    cp: ControlPlane,
+    events: AsyncIterator[dict[str, Any]],
+    url: str,
+    patch: dict[str, Any],
+    matches: Callable[[dict[str, Any]], bool] = lambda event: True,
+) -> dict[str, Any]:
+    """Merge-patch `url` as the admin while `events` (a watch from a resourceVersion
+    before the patch) runs: the first event that `matches`, within 30 s."""
+
+    async def first() -> dict[str, Any]:
+        async for event in events:
+            if matches(event):
+                return event
+        raise AssertionError("watch ended without the event")
+
+    task = asyncio.create_task(first())
+    patched = cp.request("PATCH", url, patch, content_type="application/merge-patch+json")
+    assert patched.status == 200, patched.body
+    return await asyncio.wait_for(task, 30)
 
 
 async def test_aggregated_discovery_is_two_requests_and_agrees_with_per_version(
@@ -103,22 +127,15 @@ async def test_metadata_only_owner_get_list_and_watch(
         assert [i["metadata"]["uid"] for i in listed.body["items"]] == [uid]
         assert "spec" not in listed.body["items"][0]
         rv = listed.body["metadata"]["resourceVersion"]
-
-        async def first_event() -> dict[str, object]:
-            """The event of our patch (the deployment controller writes too)."""
-            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
-            async for event in kube.watch(path, params, accept=METADATA_WATCH):
-                if event["object"]["metadata"]["annotations"].get("a") == "c":
-                    return event
-            raise AssertionError("watch ended without the event")
-
-        task = asyncio.create_task(first_event())
-        patch = {"metadata": {"annotations": {"a": "c"}}}
-        patched = control_plane.request(
-            "PATCH", f"{path}/owner", patch, content_type="application/merge-patch+json"
+        params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+        event = await event_of_patch(
+            control_plane,
+            kube.watch(path, params, accept=METADATA_WATCH),
+            f"{path}/owner",
+            {"metadata": {"annotations": {"a": "c"}}},
+            # The event of our patch (the deployment controller writes too).
+            lambda event: event["object"]["metadata"]["annotations"].get("a") == "c",
         )
-        assert patched.status == 200, patched.body
-        event = await asyncio.wait_for(task, 30)
         obj = event["object"]
         assert isinstance(obj, dict) and obj["kind"] == "PartialObjectMetadata"
         assert "spec" not in obj and obj["metadata"]["uid"] == uid
@@ -179,20 +196,14 @@ async def test_pods_listed_and_watched_through_the_schema(
         assert missing.status == 404 and missing.body["reason"] == "NotFound"
         assert "nope" in missing.body["message"]
 
-        async def first_event() -> dict[str, object]:
-            rv = trimmed.body["metadata"]["resourceVersion"]
-            params = {"resourceVersion": rv, "timeoutSeconds": "30"}
-            async for event in kube.watch(path, params, decode=POD_SCHEMA.event):
-                return event
-            raise AssertionError("watch ended without an event")
-
-        task = asyncio.create_task(first_event())
-        patch = {"metadata": {"annotations": {"aibom.dev/rollup": "rolled-up"}}}
-        patched = control_plane.request(
-            "PATCH", f"{path}/p", patch, content_type="application/merge-patch+json"
+        rv = trimmed.body["metadata"]["resourceVersion"]
+        params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+        event = await event_of_patch(
+            control_plane,
+            kube.watch(path, params, decode=POD_SCHEMA.event),
+            f"{path}/p",
+            {"metadata": {"annotations": {"aibom.dev/rollup": "rolled-up"}}},
         )
-        assert patched.status == 200, patched.body
-        event = await asyncio.wait_for(task, 30)
         obj = event["object"]
         assert event["type"] == "MODIFIED" and isinstance(obj, dict)
         assert obj["kind"] == "Pod" and "managedFields" not in obj["metadata"]
