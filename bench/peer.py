@@ -82,6 +82,7 @@ from tests.controlplane import (  # noqa: E402
     BuildError,
     ControlPlane,
     child_env,
+    go_ldflags,
     shared_dir,
 )
 from tests.controlplane.gotools import GoTool, ensure_tool  # noqa: E402
@@ -133,7 +134,7 @@ def peer_tool(src: Path) -> GoTool:
         package="./cmd/manager",
         version=PEER_VERSION,
         # Its Dockerfile's flags; the version lands in every BOM's metadata.tools.
-        ldflags=f"-s -w -X main.controllerVersion={PEER_VERSION}",
+        ldflags=go_ldflags({"main": {"controllerVersion": PEER_VERSION}}),
         # It has no version flag; -help lists its flags (exit 0).
         version_args=("-help",),
         expect="metrics-bind-address",

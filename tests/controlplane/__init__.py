@@ -87,7 +87,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -225,20 +225,33 @@ def _have_binaries(bin_dir: Path) -> bool:
 # --------------------------------------------------------------------------- build
 
 
+def go_ldflags(variables: Mapping[str, Mapping[str, str]]) -> str:
+    """``go build -ldflags`` for a release build: no symbol table or DWARF
+    (``-s -w``), and each package's string variables set (``-X package.name=value``),
+    in the order given: the control plane's, LWS's, the Go tools' and the bench's
+    peer's."""
+    settings = (
+        f"-X {package}.{name}={value}"
+        for package, values in variables.items()
+        for name, value in values.items()
+    )
+    return " ".join(["-s -w", *settings])
+
+
 def _ldflags() -> str:
     major, minor, _ = K8S_VERSION.lstrip("v").split(".", 2)
-    flags = ["-s", "-w"]
-    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [
-            f"-X {pkg}.gitVersion={K8S_VERSION}",
-            f"-X {pkg}.gitMajor={major}",
-            f"-X {pkg}.gitMinor={minor}",
-            f"-X {pkg}.gitTreeState=clean",
-            # The module zip has no git metadata; an empty commit beats the
-            # "$Format:%H$" placeholder that `kubectl version` would print.
-            f"-X {pkg}.gitCommit=",
-        ]
-    return " ".join(flags)
+    version = {
+        "gitVersion": K8S_VERSION,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        # The module zip has no git metadata; an empty commit beats the
+        # "$Format:%H$" placeholder that `kubectl version` would print.
+        "gitCommit": "",
+    }
+    return go_ldflags(
+        {pkg: version for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")}
+    )
 
 
 def _find_go() -> str:
@@ -470,13 +483,10 @@ _LWS_RECIPE: Final = "1"
 
 
 def _lws_ldflags() -> str:
-    pkg = "sigs.k8s.io/lws/pkg/version"
     # The upstream Makefile sets the same three; BuildDate stays empty so the
     # binary is the same bytes on every rebuild.
-    return (
-        f"-s -w -X {pkg}.GitVersion={LWS_VERSION} -X {pkg}.GitCommit={LWS_COMMIT}"
-        f" -X {pkg}.BuildDate="
-    )
+    version = {"GitVersion": LWS_VERSION, "GitCommit": LWS_COMMIT, "BuildDate": ""}
+    return go_ldflags({"sigs.k8s.io/lws/pkg/version": version})
 
 
 def lws_build_key() -> str:

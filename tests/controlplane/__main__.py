@@ -277,28 +277,28 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--lws", action="store_true", help="also the LeaderWorkerSet controller")
     build.set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start in the background and install the CRDs")
-    up.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
-    up.add_argument(
-        "--lws",
-        action="store_true",
-        help=f"also run the real LeaderWorkerSet controller ({LWS_VERSION}) as its ServiceAccount",
-    )
-    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
-    up.add_argument(
-        "--webhook-client",
-        metavar="HOST:PORT",
-        help="kube-apiserver authenticates to the admission webhook at HOST:PORT with a client "
-        "certificate and a bearer token (AdmissionConfiguration); state.json names the files "
-        "the webhook needs (client CA, token)",
-    )
     up.set_defaults(func=cmd_up)
+    serve = sub.add_parser("_serve")  # internal: the detached supervisor that `up` starts
+    serve.set_defaults(func=cmd_serve)
+    # `up` hands these on to `_serve` (cmd_up): declared once, for both.
+    for p in (up, serve):
+        p.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
+        p.add_argument(
+            "--lws",
+            action="store_true",
+            help=f"also run the real LeaderWorkerSet controller ({LWS_VERSION}) as its "
+            "ServiceAccount",
+        )
+        p.add_argument(
+            "--webhook-client",
+            metavar="HOST:PORT",
+            help="kube-apiserver authenticates to the admission webhook at HOST:PORT with a "
+            "client certificate and a bearer token (AdmissionConfiguration); state.json names "
+            "the files the webhook needs (client CA, token)",
+        )
+    up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     sub.add_parser("down", help="stop what 'up' started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="is one running?").set_defaults(func=cmd_status)
-    serve = sub.add_parser("_serve")  # internal: the detached supervisor
-    serve.add_argument("--no-crds", action="store_true")
-    serve.add_argument("--webhook-client")
-    serve.add_argument("--lws", action="store_true")
-    serve.set_defaults(func=cmd_serve)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -31,6 +31,7 @@ from tests.controlplane import (
     _go_build,
     _install,
     cache_dir,
+    go_ldflags,
 )
 
 _RECIPE: Final = "1"
@@ -55,36 +56,33 @@ class GoTool:
 HELM_VERSION: Final = "v4.3.2"
 PROMETHEUS_VERSION: Final = "v0.316.0"
 
+HELM_STAMP: Final = {"version": HELM_VERSION, "metadata": "", "gitTreeState": "clean"}
+PROMETHEUS_STAMP: Final = {"Version": PROMETHEUS_VERSION.lstrip("v"), "Branch": "module"}
+
 TOOLS: Final = {
-    "helm": GoTool(
-        name="helm",
-        module_dir=MODULE_DIR / "helm",
-        package="helm.sh/helm/v4/cmd/helm",
-        version=HELM_VERSION,
-        ldflags=(
-            "-s -w"
-            f" -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"
-            " -X helm.sh/helm/v4/internal/version.metadata="
-            " -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+    tool.name: tool
+    for tool in (
+        GoTool(
+            name="helm",
+            module_dir=MODULE_DIR / "helm",
+            package="helm.sh/helm/v4/cmd/helm",
+            version=HELM_VERSION,
+            ldflags=go_ldflags({"helm.sh/helm/v4/internal/version": HELM_STAMP}),
+            version_args=("version", "--short"),
         ),
-        version_args=("version", "--short"),
-    ),
-    "promtool": GoTool(
-        name="promtool",
-        module_dir=MODULE_DIR / "promtool",
-        package="github.com/prometheus/prometheus/cmd/promtool",
-        version=PROMETHEUS_VERSION,
-        ldflags=(
-            "-s -w"
-            f" -X github.com/prometheus/common/version.Version={PROMETHEUS_VERSION.lstrip('v')}"
-            " -X github.com/prometheus/common/version.Branch=module"
+        GoTool(
+            name="promtool",
+            module_dir=MODULE_DIR / "promtool",
+            package="github.com/prometheus/prometheus/cmd/promtool",
+            version=PROMETHEUS_VERSION,
+            ldflags=go_ldflags({"github.com/prometheus/common/version": PROMETHEUS_STAMP}),
+            version_args=("--version",),
+            # Prometheus's own switch: leave out the cloud service-discovery
+            # plugins (AWS, Azure, GCE, ... SDKs: 246 of 1363 packages, most of the
+            # build time). `promtool check rules` / `test rules` do not use them.
+            tags=("remove_all_sd",),
         ),
-        version_args=("--version",),
-        # Prometheus's own switch: leave out the cloud service-discovery
-        # plugins (AWS, Azure, GCE, ... SDKs: 246 of 1363 packages, most of the
-        # build time). `promtool check rules` / `test rules` do not use them.
-        tags=("remove_all_sd",),
-    ),
+    )
 }
 
 

@@ -37,6 +37,14 @@ fixture of the same name, which pytest prefers):
   is stopped (SIGTERM, exit 0) after the test.
 - ``annotator`` (function): ``start()``.
 
+For the webhook's tests:
+
+- ``start_webhook`` (module): ``start_webhook(user=, name=, selector=, args=)``
+  starts the webhook as shipped (``support.running_webhook``: the shipped
+  ClusterRole bound to ``user``, its configuration ``name`` for the namespaces
+  labelled ``selector``) and returns it; every one is unregistered and
+  stopped after the module. A module's ``webhook`` fixture calls it.
+
 Helpers (waiting, objects, the webhook and annotator processes) are in
 ``tests/integration/support.py``.
 
@@ -53,7 +61,7 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -70,9 +78,13 @@ from tests.controlplane import (
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    StartAnnotator,
+    StartWebhook,
+    Webhook,
     grant_annotator,
     grant_lease,
     new_namespace,
+    running_webhook,
 )
 
 _BUILD_ERROR: list[BaseException] = []
@@ -184,7 +196,7 @@ def ns(kubectl: Kubectl, namespace: str) -> str:
 
 
 @pytest.fixture
-def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Callable[..., Annotator]]:
+def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[StartAnnotator]:
     """Start annotators for this test's namespace; all are stopped (SIGTERM) after it."""
     started: list[Annotator] = []
 
@@ -210,5 +222,28 @@ def start(tmp_path: Path, annotator_identity: Path, ns: str) -> Iterator[Callabl
 
 
 @pytest.fixture
-def annotator(start: Callable[..., Annotator]) -> Annotator:
+def annotator(start: StartAnnotator) -> Annotator:
     return start()
+
+
+@pytest.fixture(scope="module")
+def start_webhook(
+    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartWebhook]:
+    """Start webhooks for this module; all are unregistered and stopped after it."""
+    with contextlib.ExitStack() as running:
+
+        def make(
+            *,
+            user: str,
+            name: str,
+            selector: dict[str, str] | None = None,
+            args: tuple[str, ...] = (),
+        ) -> Webhook:
+            workdir = tmp_path_factory.mktemp(name)
+            hook = running_webhook(
+                control_plane, kubectl, workdir, user=user, name=name, selector=selector, args=args
+            )
+            return running.enter_context(hook)
+
+        yield make

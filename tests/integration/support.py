@@ -16,11 +16,13 @@ the same way:
   ``merge_patch``; ``get``/``items`` (an API GET), ``kubectl_get``;
   ``new_namespace``.
 - The annotator: ``Annotator`` (a real ``python -m aibom_rollup annotator``
-  process), its identity (``grant_annotator``, ``grant_lease``), its documents
-  (``docs``, ``document``, ``owned``, ``wait_doc``), ``Recorder`` (every watch
-  event of the documents, in order), ``settle``.
+  process), ``StartAnnotator`` (the type of conftest's ``start`` fixture), its
+  identity (``grant_annotator``, ``grant_lease``), its documents (``docs``,
+  ``document``, ``owned``, ``wait_doc``), ``Recorder`` (every watch event of the
+  documents, in order), ``settle``.
 - The webhook: ``Webhook`` (a real ``python -m aibom_rollup webhook`` process
-  and its MutatingWebhookConfiguration), ``running_webhook``, ``grant_webhook``,
+  and its MutatingWebhookConfiguration), ``running_webhook`` (and ``StartWebhook``,
+  the type of conftest's ``start_webhook`` fixture), ``grant_webhook``,
   ``shipped_role``, ``enabled_namespace``, ``wait_registered``, ``stamp``.
 - ``metric_sum`` (a Prometheus text exposition), ``ConfigMapWatch`` (a watch in
   a thread), ``token_kubeconfig`` (a bearer-token identity).
@@ -46,7 +48,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import pytest
 import yaml
@@ -576,6 +578,22 @@ class Annotator:
             return "(no log)"
 
 
+class StartAnnotator(Protocol):
+    """The ``start`` fixture (tests/integration/conftest.py): ``start(*args,
+    kubeconfig=, ident=, wait=)`` starts an :class:`Annotator` for the test's
+    namespace, with the extra command-line `args`, as `kubeconfig` (default: the
+    shipped ClusterRole's user) and named `ident`; with `wait`, once it is ready
+    and leading."""
+
+    def __call__(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        ident: str = "annotator-a",
+        wait: bool = True,
+    ) -> Annotator: ...
+
+
 class ConfigMapWatch:
     """A thread that hands every watch event of a namespace's ConfigMaps (those
     matching `selector`, if given) to `handle`, in resourceVersion order."""
@@ -881,6 +899,20 @@ def wait_registered(
         return stamp(json.loads(out.stdout)).get("aibom.dev/rollup") == rollup
 
     wait_for("the webhook configuration to take effect", stamped, timeout=30)
+
+
+class StartWebhook(Protocol):
+    """The ``start_webhook`` fixture (tests/integration/conftest.py): starts
+    :func:`running_webhook` for the module and returns the running webhook."""
+
+    def __call__(
+        self,
+        *,
+        user: str,
+        name: str,
+        selector: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> Webhook: ...
 
 
 @contextlib.contextmanager

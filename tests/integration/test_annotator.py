@@ -20,7 +20,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,7 @@ from tests.integration.support import (
     LABEL_KEY,
     Annotator,
     Recorder,
+    StartAnnotator,
     apply,
     crd,
     cronjob,
@@ -381,7 +381,7 @@ def test_cronjob_job_pod(
 
 
 def test_owner_kind_we_may_not_read_leaves_the_child_reported(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
     user = "aibom-annotator-nolws"
     kubeconfig = grant_annotator(control_plane, kubectl, user, without=("leaderworkersets",))
@@ -416,11 +416,7 @@ def test_owner_kind_we_may_not_read_leaves_the_child_reported(
 
 
 def test_roots_without_descendants_match_the_offline_scan_byte_for_byte(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     a = start()
     apply(kubectl, dcd(ns, "solo"))
@@ -457,7 +453,7 @@ def test_roots_without_descendants_match_the_offline_scan_byte_for_byte(
 
 
 def test_large_documents_are_compressed_or_cut_never_dropped(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
     # A 3,000-byte budget instead of 1 MiB: the same code paths, small objects.
     a = start("--max-document-bytes=3000")
@@ -607,11 +603,7 @@ def test_forged_and_missing_stamps_are_repaired(
 
 
 def test_with_the_webhook_running_stamps_are_agreed_not_fought(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     """The real webhook stamps at admission; the annotator only fills in what it cannot.
 
@@ -714,11 +706,7 @@ WIDGET_CRD = crd("aibom-test.example.com", "Widget", "widgets")
 
 
 def test_a_crd_installed_later_is_watched_without_a_restart(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     kinds = tmp_path / "kinds.yaml"
     kinds.write_text("tracked:\n  - {group: aibom-test.example.com, kind: Widget}\n")
@@ -757,11 +745,7 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
 
 
 def test_a_kind_that_cannot_be_listed_does_not_hold_up_the_others(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     # A CRD whose preferred version needs a conversion webhook that is down:
     # every LIST at that version fails with 500, as with a broken operator.
@@ -831,7 +815,7 @@ def grant_extra(kubectl: Kubectl, user: str, resource: str) -> None:
 
 
 def test_killed_leader_standby_finishes_and_never_deletes_a_child_document_early(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
     n = 24
     # A slow leader (3 writes/s), so that it dies in the middle of the work.
@@ -883,7 +867,7 @@ def test_killed_leader_standby_finishes_and_never_deletes_a_child_document_early
 
 
 def test_graceful_shutdown_hands_the_lease_over_at_once(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
     first = start(ident="first")
     second = start(ident="second", wait=False).wait_ready()

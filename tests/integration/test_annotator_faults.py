@@ -13,6 +13,7 @@ byte, with what a fresh annotator writes from a cold start on the same state.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -116,8 +117,24 @@ def audit_log(cp: ControlPlane) -> list[dict[str, Any]]:
     return out
 
 
+def audited(cp: ControlPlane, ns: str, users: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The API server's record of the successful requests of `users` in `ns`, in its order."""
+    events = [
+        e
+        for e in audit_log(cp)
+        if e.get("stage") == "ResponseComplete"
+        and e["user"]["username"] in users
+        and e["objectRef"].get("namespace") == ns
+        and 200 <= int(e.get("responseStatus", {}).get("code", 0)) < 300
+    ]
+    events.sort(key=lambda e: e["stageTimestamp"])
+    return events
+
+
 @pytest.fixture
-def fns(fcp: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+def ns(fcp: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on this module's control plane (this module's own `ns`:
+    tests/integration/conftest.py's is on the session's)."""
     name = f"faults-{abs(hash(request.node.name)) % 10**8}-{int(time.time() * 1000) % 10**6}"
     fcp.kubectl("create", "namespace", name)
     fcp.kubectl("label", "namespace", name, f"{LABEL_KEY}={name}")
@@ -194,6 +211,33 @@ def assert_cold_start_agrees(
         assert cold.stop() == 0, cold.tail()
 
 
+@contextlib.contextmanager
+def through_faults(
+    fcp: ControlPlane, ns: str, tmp_path: Path, name: str, roots: int, *args: str
+) -> Iterator[tuple[ApiProxy, Annotator]]:
+    """Roots c0..c<roots-1>, then an annotator (`name`, with `args`) whose every
+    request goes through an ApiProxy, ready, leading and with their documents.
+
+    The block injects its faults and waits until the annotator has converged;
+    the documents are then what a fresh annotator with no faults must write,
+    byte for byte, from a cold start (checked after the block).
+    """
+    ident = identity(fcp, ns, f"{name}-annotator")
+    for i in range(roots):
+        apply(fcp.kubectl, dcd(ns, f"c{i}"))
+    with ApiProxy(fcp, ident) as proxy:
+        a = through(proxy, tmp_path, ns, name, *args).start()
+        try:
+            a.wait_ready(90).wait_leading()
+            every = want(*(f"c{i}" for i in range(roots)))
+            wait_for(f"{roots} documents", lambda: names(fcp, ns) == every, 60)
+            yield proxy, a
+            converged = doc_bytes(fcp, ns)
+        finally:
+            assert a.stop() == 0, a.tail()
+    assert_cold_start_agrees(fcp, ns, ident, tmp_path, converged)
+
+
 def live_dcds(cp: ControlPlane) -> int:
     """DynamoComponentDeployments in the whole cluster (the annotator caches them all)."""
     resp = cp.request("GET", DCD_LIST)
@@ -210,149 +254,120 @@ def want(*roots: str) -> set[str]:
 
 
 def test_deletions_during_a_watch_gap_expired_resource_version_and_continue_token(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    ns = fns
-    ident = identity(fcp, ns, "gap-annotator")
-    for i in range(6):
-        apply(fcp.kubectl, dcd(ns, f"c{i}"))
-    with ApiProxy(fcp, ident) as proxy:
-        a = through(proxy, tmp_path, ns, "gap", "--page-size=2", "--rediscovery-interval=2").start()
-        try:
-            a.wait_ready(90).wait_leading()
-            wait_for(
-                "six documents", lambda: names(fcp, ns) == want(*(f"c{i}" for i in range(6))), 60
-            )
-            # The gap: every stream cut, every request refused.
-            proxy.cut()
-            fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c5", "--wait=true")
-            apply(fcp.kubectl, dcd(ns, "gap-new"))
-            # The watch cache starts over and etcd forgets the history: the
-            # resourceVersion the annotator resumes from has expired (410).
-            fcp.restart_apiserver()
-            compact_etcd(fcp)
-            expired = a.metric("aibom_annotator_watch_restarts_total", {"reason": "expired"})
-            # The relist that follows is paged (2 per page); hold its second page.
-            proxy.hold_continue(DCD_LIST)
-            proxy.restore()
-            assert proxy.held.wait(90), "the relist never asked for a second page"
-            # Meanwhile c0 and c1 (the first page: the aborted pass saw them) go,
-            # and the continue token expires.
-            for name in ("c0", "c1", "c3"):
-                fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, name, "--wait=true")
-            fcp.restart_apiserver()
-            compact_etcd(fcp)
-            proxy.release()
-            final = want("c2", "c4", "gap-new")
-            # The documents of deleted roots go with them anyway (ownerReference:
-            # the garbage collector); the cache is where a ghost would live.
-            wait_for(
-                "exactly the live roots in the annotator's cache",
-                lambda: a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp),
-                60,
-            )
-            wait_for("the deleted roots' documents gone", lambda: names(fcp, ns) == final, 90)
-            assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "expired"}) > expired
-            assert (
-                a.metric("aibom_annotator_watch_restarts_total", {"reason": "continue_expired"})
-                >= 1
-            )
-            # Nothing comes back afterwards. The witness: a root made now gets its
-            # document, and by then every earlier change has been judged too.
-            apply(fcp.kubectl, dcd(ns, "after-gap"))
-            final = want("c2", "c4", "gap-new", "after-gap")
-            wait_for("the document of a root made after the gap", lambda: names(fcp, ns) >= final)
-            assert names(fcp, ns) == final
-            # (The gauge follows the cache at each housekeeping pass.)
-            wait_for(
-                "exactly the live roots in the annotator's cache, the new one too",
-                lambda: a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp),
-                60,
-            )
-            converged = doc_bytes(fcp, ns)
-        finally:
-            assert a.stop() == 0, a.tail()
-    assert_cold_start_agrees(fcp, ns, ident, tmp_path, converged)
+    with through_faults(
+        fcp, ns, tmp_path, "gap", 6, "--page-size=2", "--rediscovery-interval=2"
+    ) as (proxy, a):
+        # The gap: every stream cut, every request refused.
+        proxy.cut()
+        fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c5", "--wait=true")
+        apply(fcp.kubectl, dcd(ns, "gap-new"))
+        # The watch cache starts over and etcd forgets the history: the
+        # resourceVersion the annotator resumes from has expired (410).
+        fcp.restart_apiserver()
+        compact_etcd(fcp)
+        expired = a.metric("aibom_annotator_watch_restarts_total", {"reason": "expired"})
+        # The relist that follows is paged (2 per page); hold its second page.
+        proxy.hold_continue(DCD_LIST)
+        proxy.restore()
+        assert proxy.held.wait(90), "the relist never asked for a second page"
+        # Meanwhile c0 and c1 (the first page: the aborted pass saw them) go,
+        # and the continue token expires.
+        for name in ("c0", "c1", "c3"):
+            fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, name, "--wait=true")
+        fcp.restart_apiserver()
+        compact_etcd(fcp)
+        proxy.release()
+        final = want("c2", "c4", "gap-new")
+        # The documents of deleted roots go with them anyway (ownerReference:
+        # the garbage collector); the cache is where a ghost would live.
+        wait_for(
+            "exactly the live roots in the annotator's cache",
+            lambda: a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp),
+            60,
+        )
+        wait_for("the deleted roots' documents gone", lambda: names(fcp, ns) == final, 90)
+        assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "expired"}) > expired
+        assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "continue_expired"}) >= 1
+        # Nothing comes back afterwards. The witness: a root made now gets its
+        # document, and by then every earlier change has been judged too.
+        apply(fcp.kubectl, dcd(ns, "after-gap"))
+        final = want("c2", "c4", "gap-new", "after-gap")
+        wait_for("the document of a root made after the gap", lambda: names(fcp, ns) >= final)
+        assert names(fcp, ns) == final
+        # (The gauge follows the cache at each housekeeping pass.)
+        wait_for(
+            "exactly the live roots in the annotator's cache, the new one too",
+            lambda: a.metric("aibom_annotator_cached_objects", DCD_LABELS) == live_dcds(fcp),
+            60,
+        )
 
 
 def test_throttling_a_silent_stream_and_an_api_server_restart_converge(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    ns = fns
-    ident = identity(fcp, ns, "throttled-annotator")
-    for i in range(4):
-        apply(fcp.kubectl, dcd(ns, f"c{i}"))
-    with ApiProxy(fcp, ident) as proxy:
-        a = through(
-            proxy, tmp_path, ns, "throttled", "--watch-idle-timeout=3", "--rediscovery-interval=2"
-        ).start()
-        try:
-            a.wait_ready(90).wait_leading()
-            wait_for("four documents", lambda: names(fcp, ns) == want("c0", "c1", "c2", "c3"), 60)
-            lists_before = proxy.lists_ok[DCD_LIST]
-            # A sustained run of 429s (Retry-After: 1) while the cluster changes.
-            proxy.throttle(1)
-            began = time.monotonic()
-            apply(fcp.kubectl, dcd(ns, "during-429"))
-            fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c0", "--wait=true")
-            # Held until the annotator has lived through it: its watch restarted
-            # for the 429s and its client retried after them; with
-            # AIBOM_THROTTLE_SECONDS=120 (BENCHMARKS.md) also for at least that long.
-            wait_for(
-                "the annotator to be throttled",
-                lambda: (
-                    proxy.counts["429"] >= 5
-                    and a.metric("aibom_annotator_api_throttled_retries_total") >= 3
-                    and a.metric("aibom_annotator_watch_restarts_total", {"reason": "throttled"})
-                    >= 1
-                    and time.monotonic() - began >= THROTTLE_SECONDS
-                ),
-                60 + THROTTLE_SECONDS,
-            )
-            proxy.throttle(None)
-            ended = time.monotonic()
-            wait_for(
-                "convergence after the 429s",
-                lambda: names(fcp, ns) == want("c1", "c2", "c3", "during-429"),
-                60,
-                every=0.05,
-            )
-            print(
-                f"429s for {ended - began:.1f} s: {proxy.counts['429']} answered; converged "
-                f"{time.monotonic() - ended:.2f} s after; lists of the kind during it: "
-                f"{proxy.lists_ok[DCD_LIST] - lists_before}; client retries: "
-                f"{a.metric('aibom_annotator_api_throttled_retries_total'):.0f}"
-            )
-            assert proxy.lists_ok[DCD_LIST] == lists_before, "a 429 caused a relist"
-            assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "throttled"}) >= 1
-            # A stream that goes silent without closing: the idle timeout restarts it.
-            proxy.freeze()
-            apply(fcp.kubectl, dcd(ns, "after-freeze"))
-            wait_for(
-                "a document through a restarted watch",
-                lambda: "aibom-dynamocomponentdeployment-after-freeze" in names(fcp, ns),
-                60,
-            )
-            assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "idle"}) >= 1
-            # kube-apiserver restarted mid-watch.
-            fcp.restart_apiserver()
-            apply(fcp.kubectl, dcd(ns, "after-restart"))
-            fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c1", "--wait=true")
-            final = want("c2", "c3", "during-429", "after-freeze", "after-restart")
-            wait_for("convergence after the restart", lambda: names(fcp, ns) == final, 90)
-            converged = doc_bytes(fcp, ns)
-        finally:
-            assert a.stop() == 0, a.tail()
-    assert_cold_start_agrees(fcp, ns, ident, tmp_path, converged)
+    with through_faults(
+        fcp, ns, tmp_path, "throttled", 4, "--watch-idle-timeout=3", "--rediscovery-interval=2"
+    ) as (proxy, a):
+        lists_before = proxy.lists_ok[DCD_LIST]
+        # A sustained run of 429s (Retry-After: 1) while the cluster changes.
+        proxy.throttle(1)
+        began = time.monotonic()
+        apply(fcp.kubectl, dcd(ns, "during-429"))
+        fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c0", "--wait=true")
+        # Held until the annotator has lived through it: its watch restarted
+        # for the 429s and its client retried after them; with
+        # AIBOM_THROTTLE_SECONDS=120 (BENCHMARKS.md) also for at least that long.
+        wait_for(
+            "the annotator to be throttled",
+            lambda: (
+                proxy.counts["429"] >= 5
+                and a.metric("aibom_annotator_api_throttled_retries_total") >= 3
+                and a.metric("aibom_annotator_watch_restarts_total", {"reason": "throttled"}) >= 1
+                and time.monotonic() - began >= THROTTLE_SECONDS
+            ),
+            60 + THROTTLE_SECONDS,
+        )
+        proxy.throttle(None)
+        ended = time.monotonic()
+        wait_for(
+            "convergence after the 429s",
+            lambda: names(fcp, ns) == want("c1", "c2", "c3", "during-429"),
+            60,
+            every=0.05,
+        )
+        print(
+            f"429s for {ended - began:.1f} s: {proxy.counts['429']} answered; converged "
+            f"{time.monotonic() - ended:.2f} s after; lists of the kind during it: "
+            f"{proxy.lists_ok[DCD_LIST] - lists_before}; client retries: "
+            f"{a.metric('aibom_annotator_api_throttled_retries_total'):.0f}"
+        )
+        assert proxy.lists_ok[DCD_LIST] == lists_before, "a 429 caused a relist"
+        assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "throttled"}) >= 1
+        # A stream that goes silent without closing: the idle timeout restarts it.
+        proxy.freeze()
+        apply(fcp.kubectl, dcd(ns, "after-freeze"))
+        wait_for(
+            "a document through a restarted watch",
+            lambda: "aibom-dynamocomponentdeployment-after-freeze" in names(fcp, ns),
+            60,
+        )
+        assert a.metric("aibom_annotator_watch_restarts_total", {"reason": "idle"}) >= 1
+        # kube-apiserver restarted mid-watch.
+        fcp.restart_apiserver()
+        apply(fcp.kubectl, dcd(ns, "after-restart"))
+        fcp.kubectl("delete", "dynamocomponentdeployment", "-n", ns, "c1", "--wait=true")
+        final = want("c2", "c3", "during-429", "after-freeze", "after-restart")
+        wait_for("convergence after the restart", lambda: names(fcp, ns) == final, 90)
 
 
 def test_sigkilled_leader_mid_reconcile_no_overlap_of_writers(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    ns = fns
     n = 16
-    lead_id = identity(fcp, ns, "writer-leader")
-    standby_id = identity(fcp, ns, "writer-standby")
+    users = ("writer-leader", "writer-standby")
+    lead_id, standby_id = [identity(fcp, ns, user) for user in users]
     for i in range(n):
         apply(fcp.kubectl, statefulset(ns, f"s{i}", replicas=0))
     leader = Annotator(
@@ -404,16 +419,7 @@ def test_sigkilled_leader_mid_reconcile_no_overlap_of_writers(
     for i in range(n):
         assert owned(document(final[f"aibom-leaderworkerset-l{i}"])) == [f"StatefulSet/s{i}"]
     # The API server's own record: who wrote which ConfigMap and Lease, in its order.
-    users = {"writer-leader", "writer-standby"}
-    events = [
-        e
-        for e in audit_log(fcp)
-        if e.get("stage") == "ResponseComplete"
-        and e["user"]["username"] in users
-        and e["objectRef"].get("namespace") == ns
-        and 200 <= int(e.get("responseStatus", {}).get("code", 0)) < 300
-    ]
-    events.sort(key=lambda e: e["stageTimestamp"])
+    events = audited(fcp, ns, users)
     writes = [e for e in events if e["objectRef"]["resource"] == "configmaps"]
     lease = [e for e in events if e["objectRef"]["resource"] == "leases"]
     assert writes and lease
@@ -479,9 +485,8 @@ json.dump({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredent
 
 
 def test_exec_plugin_tokens_rotate_and_the_old_ones_are_revoked(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    ns = fns
     sa = "exec-annotator"
     fcp.kubectl("create", "serviceaccount", sa, "-n", ns)
     user = f"system:serviceaccount:{ns}:{sa}"
@@ -595,9 +600,8 @@ def sa_request(
 
 
 def test_the_shipped_rbac_and_policy_allow_the_annotators_work_and_nothing_else(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
-    ns = fns
     if not fcp.request("GET", "/api/v1/namespaces/aibom-system").ok:
         fcp.kubectl("create", "namespace", "aibom-system")
     # Exactly the manifests: the ServiceAccount, ClusterRole, Lease Role, bindings, policy.
@@ -705,14 +709,13 @@ def test_the_shipped_rbac_and_policy_allow_the_annotators_work_and_nothing_else(
 
 
 def test_a_leader_whose_renewals_hang_stops_writing_at_the_renew_deadline(
-    fcp: ControlPlane, fns: str, tmp_path: Path
+    fcp: ControlPlane, ns: str, tmp_path: Path
 ) -> None:
     # Today's leader checks its deadline only when a (hanging) renewal step
     # ends, and writes for up to two request timeouts past it.
-    ns = fns
     n = 40
-    part_id = identity(fcp, ns, "partitioned-leader")
-    standby_id = identity(fcp, ns, "healthy-standby")
+    users = ("partitioned-leader", "healthy-standby")
+    part_id, standby_id = [identity(fcp, ns, user) for user in users]
     with ApiProxy(fcp, part_id) as proxy:
         leader = through(
             proxy,
@@ -745,15 +748,7 @@ def test_a_leader_whose_renewals_hang_stops_writing_at_the_renew_deadline(
             if standby is not None:
                 assert standby.stop() == 0, standby.tail()
             leader.kill()
-    events = [
-        e
-        for e in audit_log(fcp)
-        if e.get("stage") == "ResponseComplete"
-        and e["user"]["username"] in ("partitioned-leader", "healthy-standby")
-        and e["objectRef"].get("namespace") == ns
-        and 200 <= int(e.get("responseStatus", {}).get("code", 0)) < 300
-    ]
-    events.sort(key=lambda e: e["stageTimestamp"])
+    events = audited(fcp, ns, users)
     renewals = [
         e
         for e in events

@@ -10,13 +10,12 @@ even when it changed while no annotator was running.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from tests.controlplane import ControlPlane, Kubectl
 from tests.integration.support import (
     Annotator,
+    StartAnnotator,
     apply,
     dcd,
     digest,
@@ -47,7 +46,7 @@ def versions(cp: ControlPlane, ns: str) -> dict[str, str]:
 
 
 def test_a_restart_rewrites_only_the_documents_whose_input_changed(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: Callable[..., Annotator]
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
     cp = control_plane
     # Roots no controller touches (a DynamoComponentDeployment has none here), with

@@ -11,7 +11,6 @@ annotator writes the documents.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl
 from tests.integration.support import (
     LABEL_KEY,
-    Annotator,
+    StartAnnotator,
     apply,
     docs,
     document,
@@ -91,11 +90,7 @@ def stamp(cp: ControlPlane, path: str) -> dict[str, str]:
 
 
 def test_inference_service_is_a_root_with_its_raw_deployment_rolled_up(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     assert control_plane.install_crd(CRD) == ["inferenceservices.serving.kserve.io"]
     with running_webhook(

@@ -42,6 +42,7 @@ from tests.integration.support import (
     LABEL_KEY,
     Annotator,
     Recorder,
+    StartWebhook,
     Webhook,
     docs,
     document,
@@ -51,7 +52,6 @@ from tests.integration.support import (
     grant_lease,
     items,
     owned,
-    running_webhook,
     wait_for,
     wait_registered,
 )
@@ -270,21 +270,10 @@ def assert_stamped(cp: ControlPlane, ns: str, name: str, pod_list: list[Obj]) ->
 
 
 @pytest.fixture(scope="module")
-def webhook(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    lws_controller: LwsController,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Webhook]:
-    """Our webhook as shipped (as test_webhook.py runs it), beside LWS's own."""
-    with running_webhook(
-        control_plane,
-        kubectl,
-        tmp_path_factory.mktemp("webhook"),
-        user="aibom-webhook-lws",
-        name="aibom-rollup-lws-test",
-    ) as hook:
-        yield hook
+def webhook(lws_controller: LwsController, start_webhook: StartWebhook) -> Webhook:
+    """Our webhook as shipped (as test_webhook.py runs it), beside LWS's own (which
+    starts before it and stops after it: the fixtures' order)."""
+    return start_webhook(user="aibom-webhook-lws", name="aibom-rollup-lws-test")
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from tests.integration import support
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    StartWebhook,
     Webhook,
     cronjob,
     deployment,
@@ -43,7 +44,6 @@ from tests.integration.support import (
     grant_lease,
     kubectl_apply,
     kubectl_get,
-    running_webhook,
     set_digest,
     stamp,
     template,
@@ -111,19 +111,13 @@ def unproven_listed(cm: Obj) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def webhook(
-    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Webhook]:
-    with running_webhook(
-        control_plane,
-        kubectl,
-        tmp_path_factory.mktemp("provenance"),
+def webhook(start_webhook: StartWebhook) -> Webhook:
+    return start_webhook(
         user="aibom-webhook-prov",
         name="aibom-rollup-provenance-test",
         selector={"aibom-provenance-test": "true"},
         args=("--owner-cache-ttl", "1"),
-    ) as hook:
-        yield hook
+    )
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import base64
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.integration.support import (
     MANAGED,
-    Annotator,
     ConfigMapWatch,
+    StartAnnotator,
     apply,
     dcd,
     docs,
@@ -132,11 +131,7 @@ class DocumentWatch(ConfigMapWatch):
 
 
 def test_tampering_is_reported_and_repaired_and_counted(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     key = mount(tmp_path, new_key(control_plane, "k1"))
     args = (f"--signing-key={key}", f"--keys-configmap={ns}/{KEYS_CM}")
@@ -186,11 +181,7 @@ def test_tampering_is_reported_and_repaired_and_counted(
 
 
 def test_key_rotation_without_a_gap(
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    ns: str,
-    start: Callable[..., Annotator],
-    tmp_path: Path,
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
     key = mount(tmp_path, new_key(control_plane, "k1"))
     with DocumentWatch(control_plane, ns) as watch:

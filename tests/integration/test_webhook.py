@@ -14,7 +14,6 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -23,6 +22,7 @@ from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl
 from tests.integration.support import (
     MANIFESTS,
+    StartWebhook,
     Webhook,
     bare_pod,
     deployment,
@@ -31,7 +31,6 @@ from tests.integration.support import (
     kubectl_apply,
     kubectl_get,
     meta,
-    running_webhook,
     shipped_role,
     stamp,
     wait_for,
@@ -60,19 +59,11 @@ def dcd(ns: str, name: str, owner: Obj | None = None) -> Obj:
 
 
 @pytest.fixture(scope="module")
-def webhook(
-    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Webhook]:
+def webhook(start_webhook: StartWebhook) -> Webhook:
     """The webhook as shipped: its ClusterRole, its configuration (url clientConfig)."""
-    with running_webhook(
-        control_plane,
-        kubectl,
-        tmp_path_factory.mktemp("webhook"),
-        user="aibom-webhook",
-        name="aibom-rollup-test",
-        args=("--owner-cache-ttl", "1"),
-    ) as hook:
-        yield hook
+    return start_webhook(
+        user="aibom-webhook", name="aibom-rollup-test", args=("--owner-cache-ttl", "1")
+    )
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -28,6 +27,7 @@ from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.integration.support import (
     IMAGE,
+    StartWebhook,
     Webhook,
     bare_pod,
     dcd,
@@ -38,7 +38,6 @@ from tests.integration.support import (
     kubectl_get,
     merge_patch,
     owner_ref,
-    running_webhook,
     stamp,
     template,
     wait_for,
@@ -50,21 +49,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def long_cache_webhook(
-    control_plane: ControlPlane, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Webhook]:
-    with running_webhook(
-        control_plane,
-        kubectl,
-        tmp_path_factory.mktemp("races"),
+def long_cache_webhook(start_webhook: StartWebhook) -> Webhook:
+    return start_webhook(
         user="aibom-webhook-races",
         name="aibom-rollup-races",
         selector={"aibom-test.dev/races": "on"},
         # The TTL cache alone (no owner index): its entries are certain to be
         # stale for the whole test.
         args=("--owner-cache-ttl", "600", "--no-owner-watch"),
-    ) as hook:
-        yield hook
+    )
 
 
 @pytest.fixture
