@@ -257,13 +257,16 @@ def _bearer(cfg: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
+    """How to reach and authenticate to the API server (what a kubeconfig says; a field
+    it leaves out is None, and certificates are verified)."""
+
     server: str
-    ca_file: str | None
-    cert_file: str | None
-    key_file: str | None
-    token: str | None
-    token_file: str | None
-    verify: bool
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    verify: bool = True
     tls_server_name: str | None = None
     proxy: str | None = None
     tokens: TokenSource | None = field(default=None, compare=False)

@@ -70,9 +70,12 @@ MODEL_PREFIX = MODEL_NAME_ANNOTATION.rpartition("/")[0] + "/"
 # slimmer copies are derived from it: one list of fields, not two.
 # tests/unit/test_annotator_slim.py checks that a Pod decoded through it slims
 # to the same bytes as the whole Pod.
-class OwnerRefKept(TypedDict, total=False):
+class _Typed(TypedDict, total=False):
     apiVersion: str
     kind: str
+
+
+class OwnerRefKept(_Typed, total=False):
     name: str
     uid: str
     controller: bool
@@ -121,9 +124,7 @@ class PodStatusKept(TypedDict, total=False):
     containerStatuses: list[PodContainerStatus]
 
 
-class PodKept(TypedDict, total=False):
-    apiVersion: str
-    kind: str
+class PodKept(_Typed, total=False):
     metadata: PodMeta
     spec: PodSpecKept
     status: PodStatusKept
@@ -153,15 +154,11 @@ class ConfigMapMetaKept(ObjectMetaKept, total=False):
     managedFields: list[ManagedFieldsEntryKept]
 
 
-class MetadataKept(TypedDict, total=False):
-    apiVersion: str
-    kind: str
+class MetadataKept(_Typed, total=False):
     metadata: ObjectMetaKept
 
 
-class ConfigMapKept(TypedDict, total=False):
-    apiVersion: str
-    kind: str
+class ConfigMapKept(_Typed, total=False):
     metadata: ConfigMapMetaKept
 
 

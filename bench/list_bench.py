@@ -1,18 +1,23 @@
-"""Time until an informer of Pods is synced, for two source trees, on one real control plane.
+"""Time until an informer of Pods is synced, for two source trees (or page sizes), on one
+real control plane.
 
     .venv/bin/python bench/list_bench.py --pods 20000 --repeats 3 \\
         --tree before=/tmp/main-src --tree after=.
+    .venv/bin/python bench/list_bench.py --pods 50000 --repeats 3 --tree main=. \\
+        --page-size 500 --page-size 2000 --page-size 5000
 
 Creates `--pods` Pods in one namespace as the annotator bench has them (its
 Pod spec, a controller owner for every 10, the webhook's stamps, container
-statuses with an imageID written through pods/status; never scheduled), then for each repeat runs, for each tree in turn,
-a fresh Python process that imports `annotator.informer` and `annotator.slim`
-from that tree and lists the Pods as the annotator does (pages of 500, the
-real slimmer, a sink that stores them; the Pod schema where the tree has one) until the
-informer is synced. Prints
-each tree's median and range of the seconds to synced (and its CPU seconds),
-the ratio of the medians, and the load average before and after: on a loaded
-machine only the ratio measured in the same run means anything.
+statuses with an imageID written through pods/status; never scheduled).
+Then, for each repeat, for each tree (and each `--page-size`) in turn, a
+fresh Python process imports `annotator.informer` and `annotator.slim` from
+that tree and lists the Pods as the annotator does (the tree's page size
+unless one is given, the real slimmer, the Pod schema where the tree has
+one, a sink that stores them) until the informer is synced. Prints each
+run's median and range of the seconds to synced, its CPU seconds and
+kube-apiserver's and etcd's CPU seconds around it, the ratio of the medians of two
+trees, and the load average before and after: on a loaded machine only
+ratios measured in the same run mean anything.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from annotator_bench import pod_spec, sha, status_body  # noqa: E402
+from annotator_bench import cpu_seconds, pod_spec, sha, status_body  # noqa: E402
 
 from aibom_core.stamp import Keys  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
@@ -67,6 +72,11 @@ class Sink:
         pass
 
 async def main():
+    try:  # the tree's default page size, unless one is given
+        from aibom_edge.reflector import DEFAULT_PAGE_SIZE
+    except ImportError:
+        DEFAULT_PAGE_SIZE = 500
+    page_size = int(sys.argv[2]) if len(sys.argv) > 2 else DEFAULT_PAGE_SIZE
     async with Kube.from_kubeconfig(sys.argv[1]) as kube:
         sink = Sink()
         from aibom_core.kinds import GroupKind
@@ -76,7 +86,7 @@ async def main():
         except ImportError:
             opts = {}
         inf = Informer(kube, POD, gk=GroupKind("", "Pod"), sink=sink,
-                       slim=slimmer(default_registry()), page_size=500, **opts)
+                       slim=slimmer(default_registry()), page_size=page_size, **opts)
         t0, c0 = time.perf_counter(), time.process_time()
         task = asyncio.create_task(inf.run())
         await inf.synced.wait()
@@ -151,10 +161,12 @@ async def populate(kube: Kube, n: int, concurrency: int = 48) -> None:
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
-def run_child(tree: Path, kubeconfig: Path) -> dict[str, Any]:
+def run_child(tree: Path, kubeconfig: Path, page_size: int | None) -> dict[str, Any]:
     env = child_env()
     env["PYTHONPATH"] = str(tree)
     cmd = [sys.executable, "-c", CHILD, str(kubeconfig)]
+    if page_size is not None:
+        cmd.append(str(page_size))
     out = subprocess.check_output(cmd, env=env, cwd=tree, text=True, timeout=600)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -169,8 +181,20 @@ def main() -> int:
     ap.add_argument(
         "--tree", action="append", required=True, metavar="NAME=DIR", help="a source tree"
     )
+    ap.add_argument(
+        "--page-size",
+        action="append",
+        type=int,
+        metavar="N",
+        help="list in pages of N (repeat to compare sizes; default: each tree's own)",
+    )
     args = ap.parse_args()
-    trees = {name: Path(d).resolve() for name, _, d in (t.partition("=") for t in args.tree)}
+    sizes: list[int | None] = list(args.page_size or [None])
+    trees = {
+        (name if len(sizes) == 1 else f"{name}@{size}"): (Path(d).resolve(), size)
+        for name, _, d in (t.partition("=") for t in args.tree)
+        for size in sizes
+    }
     with ControlPlane() as cp:
 
         async def build() -> None:
@@ -182,14 +206,19 @@ def main() -> int:
         asyncio.run(build())
         load = {"start": os.getloadavg()[0]}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        apiserver, etcd = cp.pids["kube-apiserver"], cp.pids["etcd"]
         for _ in range(args.repeats):
-            for name, tree in trees.items():
-                r = run_child(tree, cp.kubeconfig)
+            for name, (tree, size) in trees.items():
+                api0, etcd0 = cpu_seconds(apiserver), cpu_seconds(etcd)
+                r = run_child(tree, cp.kubeconfig, size)
+                r["api_cpu"] = cpu_seconds(apiserver) - api0
+                r["etcd_cpu"] = cpu_seconds(etcd) - etcd0
                 if r["objects"] != args.pods:
                     raise SystemExit(f"{name}: listed {r['objects']} Pods, not {args.pods}")
                 runs[name].append(r)
                 print(
-                    f"{name}: {r['seconds']:.2f} s to synced, {r['cpu']:.2f} s CPU ({r['src']})",
+                    f"{name}: {r['seconds']:.2f} s to synced, {r['cpu']:.2f} s CPU, "
+                    f"kube-apiserver {r['api_cpu']:.2f} s, etcd {r['etcd_cpu']:.2f} s ({r['src']})",
                     flush=True,
                 )
         load["end"] = os.getloadavg()[0]
@@ -200,6 +229,8 @@ def main() -> int:
             "median_s": round(statistics.median(secs), 2),
             "range_s": [round(min(secs), 2), round(max(secs), 2)],
             "median_cpu_s": round(statistics.median(r["cpu"] for r in rs), 2),
+            "median_apiserver_cpu_s": round(statistics.median(r["api_cpu"] for r in rs), 2),
+            "median_etcd_cpu_s": round(statistics.median(r["etcd_cpu"] for r in rs), 2),
         }
     names = list(trees)
     if len(names) == 2:

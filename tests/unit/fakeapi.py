@@ -76,13 +76,4 @@ class ScriptedApi:
             await self._runner.cleanup()
 
     def kube(self, **kwargs: Any) -> Kube:
-        creds = Credentials(
-            server=self.url,
-            ca_file=None,
-            cert_file=None,
-            key_file=None,
-            token=None,
-            token_file=None,
-            verify=False,
-        )
-        return Kube(creds, **kwargs)
+        return Kube(Credentials(server=self.url, verify=False), **kwargs)
