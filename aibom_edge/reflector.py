@@ -65,11 +65,11 @@ from aibom_edge.schema import KindSchema
 # The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
 MAX_WATCH_TIMEOUT = 3600
 # Objects per list page. kube-apiserver (1.36) answers each continued page from
-# its watch cache by first collecting every object after the continue key, so
-# small pages cost it far more CPU: listing 50,000 Pods took it 6.7 s of CPU in
-# pages of 500, 3.0 s in pages of 2,000, and 5.1 s in pages of 5,000 again
-# (BENCHMARKS.md). Two pages are held here at once (pipelining).
-DEFAULT_PAGE_SIZE = 2000
+# its watch cache, and what a list costs it depends on the page size, not
+# monotonically: listing 100,000 Pods took it 13.9 s of CPU in pages of 500,
+# 6.9 s in pages of 1,000 and 11.3 s in pages of 2,000 (bench/list_bench.py,
+# BENCHMARKS.md). Two pages are held here at once (pipelining).
+DEFAULT_PAGE_SIZE = 1000
 
 
 class ReflectorState(StrEnum):

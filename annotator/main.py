@@ -196,8 +196,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_PAGE_SIZE,
         metavar="N",
-        help=f"objects per LIST page (default: {DEFAULT_PAGE_SIZE}; smaller pages cost the API"
-        " server more CPU per object, larger ones more memory here)",
+        help=f"objects per LIST page (default: {DEFAULT_PAGE_SIZE}, what cost kube-apiserver"
+        " least per object in BENCHMARKS.md; two pages are held in memory at once)",
     )
     work.add_argument(
         "--max-document-bytes",
