@@ -41,7 +41,15 @@ Then it starts `aibom-rollup annotator` as a subprocess and measures, in order:
     start to its first full resync converged (its metric
     aibom_annotator_resync_completed_timestamp_seconds): `restart_seconds`,
     and the documents it wrote, deleted or stamps it patched:
-    `restart_writes`.
+    `restart_writes`;
+  - just before each restart, the list ceiling: a bare client lists every
+    kind the annotator lists, as it lists them (concurrently, the same
+    pages, PartialObjectMetadata where it asks for that) and parses nothing
+    but the continue tokens: `list_ceiling_seconds`, what the API server
+    itself takes to serve the restart's lists, and
+    `restart_over_list_ceiling`. `--restarts N` repeats the pair N times
+    and reports the median run (the restart is where this machine's API
+    server varies most from run to run).
 
 The machine's load average is recorded at each phase (`load`), and the CPU
 seconds of the annotator and of kube-apiserver and etcd per phase, which
@@ -63,6 +71,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -85,7 +94,11 @@ from aibom_core.graph import OwnershipGraph  # noqa: E402
 from aibom_core.kinds import GroupKind, default_registry  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
-from aibom_edge.kube import Kube  # noqa: E402
+from aibom_edge.kube import METADATA_LIST, Kube  # noqa: E402
+from aibom_edge.reflector import DEFAULT_PAGE_SIZE  # noqa: E402
+from annotator.cache import CONFIGMAP, NAMESPACE  # noqa: E402
+from annotator.configmap import DocLabels  # noqa: E402
+from annotator.slim import keeps_metadata_only  # noqa: E402
 from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 
 NS = "bench"
@@ -451,6 +464,23 @@ DEFAULT_ANNOTATOR_ARGS = ("--trust-owner-references",)
 CEILING_NS = "bench-ceiling"
 
 
+def page_size_of(extra: list[str]) -> int:
+    """The annotator's list page size under these args (--page-size), else its default."""
+    for i, arg in enumerate(extra):
+        if arg.startswith("--page-size="):
+            return int(arg.split("=", 1)[1])
+        if arg == "--page-size" and i + 1 < len(extra):
+            return int(extra[i + 1])
+    return DEFAULT_PAGE_SIZE
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run whose restart_seconds is the median (the lower one of an even count):
+    one real run's fields, not a mix of medians."""
+    ordered = sorted(runs, key=lambda r: r["restart_seconds"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -786,6 +816,54 @@ async def write_ceiling(
     }
 
 
+_CONTINUE = re.compile(rb'"continue":"([^"]*)"')
+
+
+def _continue_token(raw: bytes) -> dict[str, str]:
+    """The list's continue token, from its metadata (which comes before the items),
+    without parsing the page: the ceiling client reads nothing else."""
+    found = _CONTINUE.search(raw, 0, 4096)
+    return {"continue": found.group(1).decode()} if found else {}
+
+
+async def list_ceiling(kube: Kube, *, page_size: int) -> dict[str, Any]:
+    """What the API server itself takes to serve a restart's lists: a bare client lists
+    every kind the annotator lists, as it lists them (concurrently, a task per kind; the
+    same pages; PartialObjectMetadata where the annotator asks for it; our ConfigMaps by
+    their label), and parses nothing but each page's continue token."""
+    wanted = sorted(REG.tracked | REG.walk_only | {NAMESPACE, CONFIGMAP})
+    pages: dict[str, int] = {}
+
+    async def one(gk: GroupKind) -> None:
+        res = await kube.discovery.resource(gk)
+        if res is None:
+            return
+        first = {"limit": str(page_size)}
+        if gk == CONFIGMAP:
+            first["labelSelector"] = DocLabels().selector
+        params, n = first, 0
+        while True:
+            resp = await kube.request(
+                "GET",
+                res.path(),
+                params=params,
+                accept=METADATA_LIST if keeps_metadata_only(REG, gk) else None,
+                timeout=120,
+                decode=_continue_token,
+            )
+            assert resp.ok, f"list {res.path()}: HTTP {resp.status}"
+            n += 1
+            token = resp.body.get("continue")
+            if not token:
+                break
+            params = {**first, "continue": token}
+        pages[gk.kind] = n
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(gk) for gk in wanted))
+    return {"seconds": time.monotonic() - started, "pages": sum(pages.values())}
+
+
 async def cached_pod_bytes(kube: Kube, sample: int = 2000) -> dict[str, Any]:
     """Bytes the annotator's cache keeps per Pod: real Pods from the API server, slimmed
     (annotator.slim) and held in the cache's graph (annotator.cache), traced by tracemalloc."""
@@ -969,18 +1047,30 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             log(f"write ceiling: {out['write_ceiling_seconds']} s for {len(texts)} ConfigMaps")
 
         # -- restart over existing documents ----------------------------------------------
-        if args.restart:
+        # Each restart follows a list ceiling (a bare client's lists of the same
+        # kinds, just before it): the restart's lists cannot be faster than that.
+        # With --restarts N the fields are medians of the N runs (restart_runs
+        # holds each).
+        runs: list[dict[str, Any]] = []
+        page_size = page_size_of(extra)
+        for i in range(args.restarts if args.restart else 0):
             await asyncio.sleep(2)
-            load["restart"] = load_average()
             cpu0 = cpu_of(cp_pids)
-            ann = await AnnotatorProcess.start(cp, extra, log_file, "bench-restart", args.profile)
+            floor = await list_ceiling(kube, page_size=page_size)
+            floor_cpu = cpu_delta(cpu_of(cp_pids), cpu0)
+            await asyncio.sleep(2)
+            load[f"restart{i or ''}"] = load_average()
+            cpu0 = cpu_of(cp_pids)
+            ann = await AnnotatorProcess.start(
+                cp, extra, log_file, f"bench-restart{i or ''}", args.profile
+            )
             try:
                 took, m3 = await ann.converged(timeout=600)
                 rss_restart = rss_kib(ann.pid, "VmHWM")
-                out["restart_synced_seconds"] = round(ann.synced_seconds, 2)
-                out["restart_rss_mib_at_synced"] = round(ann.synced_rss_kib / 1024, 1)
+                synced = ann.synced_seconds
+                synced_rss = ann.synced_rss_kib
                 cpu_restart = cpu_seconds(ann.pid)
-                out["restart_control_plane_cpu_seconds"] = cpu_delta(cpu_of(cp_pids), cpu0)
+                cp_restart = cpu_delta(cpu_of(cp_pids), cpu0)
             finally:
                 await ann.stop()
             writes = (
@@ -989,9 +1079,14 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
                 + metric_sum(m3, "aibom_annotator_stamp_repairs_total")
             )
             rreqs = requests_of(m3)
-            out.update(
+            runs.append(
                 {
                     "restart_seconds": round(took, 2),
+                    "restart_synced_seconds": round(synced, 2),
+                    "list_ceiling_seconds": round(floor["seconds"], 2),
+                    "list_ceiling_pages": floor["pages"],
+                    "list_ceiling_control_plane_cpu_seconds": floor_cpu,
+                    "restart_over_list_ceiling": round(took / floor["seconds"], 2),
                     "restart_writes": int(writes),
                     "restart_documents_unchanged": int(
                         metric_sum(m3, "aibom_annotator_documents_unchanged_total")
@@ -1002,10 +1097,19 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
                     "restart_requests": rreqs,
                     "restart_requests_per_root": round(sum(rreqs.values()) / args.roots, 3),
                     "restart_cpu_seconds": round(cpu_restart, 2),
+                    "restart_control_plane_cpu_seconds": cp_restart,
+                    "restart_rss_mib_at_synced": round(synced_rss / 1024, 1),
                     "restart_peak_rss_mib": round(rss_restart / 1024, 1),
                 }
             )
-            log(f"restart: {took:.2f} s, {int(writes)} writes, requests {rreqs}")
+            log(
+                f"restart: {took:.2f} s (synced {synced:.2f} s; a bare client's lists "
+                f"{floor['seconds']:.2f} s), {int(writes)} writes, requests {rreqs}"
+            )
+        if runs:
+            out.update(median_run(runs))
+            if len(runs) > 1:
+                out["restart_runs"] = runs
         if args.pod_bytes:
             out.update(await cached_pod_bytes(kube))
         if watch.task:
@@ -1040,6 +1144,14 @@ def main() -> int:
     )
     ap.add_argument("--no-ceiling", dest="ceiling", action="store_false")
     ap.add_argument("--no-restart", dest="restart", action="store_false")
+    ap.add_argument(
+        "--restarts",
+        type=int,
+        default=1,
+        metavar="N",
+        help="restart the annotator N times, each after a list ceiling; the restart "
+        "fields are then the median run's, and restart_runs holds every run",
+    )
     ap.add_argument(
         "--no-pod-bytes",
         dest="pod_bytes",
