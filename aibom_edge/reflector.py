@@ -65,10 +65,12 @@ from aibom_edge.schema import KindSchema
 # The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
 MAX_WATCH_TIMEOUT = 3600
 # Objects per list page. kube-apiserver (1.36) answers each continued page from
-# its watch cache, and what a list costs it depends on the page size, not
-# monotonically: listing 100,000 Pods took it 13.9 s of CPU in pages of 500,
-# 6.9 s in pages of 1,000 and 11.3 s in pages of 2,000 (bench/list_bench.py,
-# BENCHMARKS.md). Two pages are held here at once (pipelining).
+# its watch cache. On a fresh API server, listing 100,000 Pods cost it 13.9 s
+# of CPU in pages of 500, 6.9 s in pages of 1,000 and 11.3 s in pages of 2,000
+# (medians of 3, bench/list_bench.py); on one that had served many such
+# lists, one page size varied from 8.4 to 20.9 s between runs, more than the
+# sizes differ (BENCHMARKS.md). So 1,000 is a middle, not a proven optimum.
+# Two pages are held here at once (pipelining): about 9 MB of Pod JSON.
 DEFAULT_PAGE_SIZE = 1000
 
 

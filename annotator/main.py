@@ -196,8 +196,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_PAGE_SIZE,
         metavar="N",
-        help=f"objects per LIST page (default: {DEFAULT_PAGE_SIZE}, what cost kube-apiserver"
-        " least per object in BENCHMARKS.md; two pages are held in memory at once)",
+        help=f"objects per LIST page (default: {DEFAULT_PAGE_SIZE}; what a list costs "
+        "kube-apiserver varies more between runs than between page sizes, BENCHMARKS.md; "
+        "two pages are held in memory at once)",
     )
     work.add_argument(
         "--max-document-bytes",
