@@ -161,6 +161,25 @@ def command_parser(
     return parser, sub
 
 
+def add_seconds(
+    group: argparse._ActionsContainer,
+    flag: str,
+    default: float,
+    help: str,
+    *,
+    whole: bool = False,
+) -> None:
+    """A duration flag in seconds (whole seconds with `whole`): its default is given once
+    and stated at the end of its help."""
+    group.add_argument(
+        flag,
+        type=int if whole else float,
+        default=default,
+        metavar="SECONDS",
+        help=f"{help} (default: {default:g})",
+    )
+
+
 def add_cluster_options(group: argparse._ArgumentGroup) -> None:
     """--kubeconfig and --context, as the webhook and the annotator read them."""
     group.add_argument(

@@ -37,6 +37,7 @@ from aibom_edge.options import (
     add_core_options,
     add_log_options,
     add_provenance_key_option,
+    add_seconds,
     flags_in_bounds,
     keys_of,
     provenance_key_of,
@@ -97,28 +98,22 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="this replica's holder identity (default: $POD_NAME, else host-pid)",
     )
-    lead.add_argument(
+    add_seconds(
+        lead,
         "--lease-duration",
-        type=int,
-        default=15,
-        metavar="S",
-        help="whole seconds a standby waits on a silent leader (the Lease's "
-        "leaseDurationSeconds; more than --renew-deadline; default: 15)",
+        15,
+        "a standby waits this long on a silent leader (the Lease's leaseDurationSeconds; more than"
+        " --renew-deadline)",
+        whole=True,
     )
-    lead.add_argument(
+    add_seconds(
+        lead,
         "--renew-deadline",
-        type=float,
-        default=10.0,
-        metavar="S",
-        help="the leader steps down after failing to renew this long (less than "
-        "--lease-duration; default: 10)",
+        10.0,
+        "the leader steps down after failing to renew this long (less than --lease-duration)",
     )
-    lead.add_argument(
-        "--retry-period",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help="seconds between Lease reads/renewals (less than --renew-deadline; default: 2)",
+    add_seconds(
+        lead, "--retry-period", 2.0, "between Lease reads/renewals (less than --renew-deadline)"
     )
 
     work = p.add_argument_group("work")
@@ -167,29 +162,25 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="burst of --stamp-qps (default: 50)",
     )
-    work.add_argument(
+    add_seconds(
+        work,
         "--stamp-settle",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help="seconds from an object's change to the judging of its stamp, so the "
-        "cache can catch up with what the webhook saw live (default: 2)",
+        2.0,
+        "from an object's change to the judging of its stamp, so the cache can catch up with what "
+        "the webhook saw live",
     )
-    work.add_argument(
+    add_seconds(
+        work,
         "--rediscovery-interval",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="seconds between API discovery runs: CRDs installed later are "
-        "watched without a restart (default: 30)",
+        30.0,
+        "between API discovery runs: CRDs installed later are watched without a restart",
     )
-    work.add_argument(
+    add_seconds(
+        work,
         "--sync-timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="a kind whose first list still fails after this long stops holding up the "
-        "others: walks through it end unresolved (Timeout) until it lists (default: 30)",
+        30.0,
+        "a kind whose first list still fails after this long stops holding up the others: walks "
+        "through it end unresolved (Timeout) until it lists",
     )
     work.add_argument(
         "--page-size",
@@ -210,21 +201,16 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "%(default)s, the API server's 1 MiB limit and the most allowed; lower it to test "
         f"or to leave room, down to {MIN_DOCUMENT_BYTES})",
     )
-    work.add_argument(
-        "--watch-timeout",
-        type=int,
-        default=300,
-        metavar="S",
-        help="server-side watch timeout before a resume (default: 300)",
+    add_seconds(
+        work, "--watch-timeout", 300, "server-side watch timeout before a resume", whole=True
     )
-    work.add_argument(
+    add_seconds(
+        work,
         "--watch-idle-timeout",
-        type=float,
-        default=90.0,
-        metavar="S",
-        help="a watch that sends nothing (no event, no bookmark) for this long is taken "
-        "for a dead connection and restarted from its last resourceVersion; the API "
-        "server sends a bookmark about once a minute (default: 90)",
+        90.0,
+        "a watch that sends nothing (no event, no bookmark) for this long is taken for a dead "
+        "connection and restarted from its last resourceVersion; the API server sends a bookmark "
+        "about once a minute",
     )
     work.add_argument(
         "--api-retries",

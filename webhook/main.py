@@ -34,6 +34,7 @@ from aibom_edge.options import (
     add_core_options,
     add_log_options,
     add_provenance_key_option,
+    add_seconds,
     flags_in_bounds,
     keys_of,
     provenance_key_of,
@@ -99,37 +100,28 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="authenticate the caller: /mutate answers only requests with "
         "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
     )
-    tls.add_argument(
+    add_seconds(
+        tls,
         "--cert-check-interval",
-        type=float,
-        default=DEFAULT_CHECK_INTERVAL,
-        metavar="SECONDS",
-        help="how often to look for rotated certificate files, served without a restart "
-        f"(default {DEFAULT_CHECK_INTERVAL:g})",
+        DEFAULT_CHECK_INTERVAL,
+        "how often to look for rotated certificate files, served without a restart",
     )
-    tls.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=20.0,
-        metavar="SECONDS",
-        help="on SIGTERM, how long reviews in flight may take to finish (default 20)",
+    add_seconds(
+        tls, "--shutdown-grace", 20.0, "on SIGTERM, how long reviews in flight may take to finish"
     )
     limits = p.add_argument_group("connection limits (slow or too many clients)")
-    limits.add_argument(
+    add_seconds(
+        limits,
         "--header-timeout",
-        type=float,
-        default=DEFAULT_HEADER_TIMEOUT,
-        metavar="SECONDS",
-        help="the TLS handshake and each request's head must arrive within this, or the "
-        f"connection is closed (default {DEFAULT_HEADER_TIMEOUT:g})",
+        DEFAULT_HEADER_TIMEOUT,
+        "the TLS handshake and each request's head must arrive within this, or the connection is "
+        "closed",
     )
-    limits.add_argument(
+    add_seconds(
+        limits,
         "--body-timeout",
-        type=float,
-        default=DEFAULT_BODY_TIMEOUT,
-        metavar="SECONDS",
-        help="a request body must arrive within this, or the answer is 408 and the "
-        f"connection is closed (default {DEFAULT_BODY_TIMEOUT:g})",
+        DEFAULT_BODY_TIMEOUT,
+        "a request body must arrive within this, or the answer is 408 and the connection is closed",
     )
     limits.add_argument(
         "--max-connections",
@@ -141,22 +133,18 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     )
     add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
-    walk.add_argument(
+    add_seconds(
+        walk,
         "--walk-deadline",
-        type=float,
-        default=DEFAULT_DEADLINE,
-        metavar="SECONDS",
-        help="the whole owner walk's budget; keep it below the webhook configuration's "
-        "timeoutSeconds (hops still waiting then stamp `unresolved` / Timeout; "
-        f"default {DEFAULT_DEADLINE:g})",
+        DEFAULT_DEADLINE,
+        "the whole owner walk's budget; keep it below the webhook configuration's timeoutSeconds "
+        "(hops still waiting then stamp `unresolved` / Timeout)",
     )
-    walk.add_argument(
+    add_seconds(
+        walk,
         "--owner-cache-ttl",
-        type=float,
-        default=DEFAULT_CACHE_TTL,
-        metavar="SECONDS",
-        help="how long a fetched owner may answer later walks (keyed by UID; 0 disables; "
-        f"default {DEFAULT_CACHE_TTL:g})",
+        DEFAULT_CACHE_TTL,
+        "how long a fetched owner may answer later walks (keyed by UID; 0 disables)",
     )
     walk.add_argument(
         "--owner-watch",
@@ -167,21 +155,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "before the TTL cache and GETs; /readyz waits until it has synced. Needs "
         "list/watch on those kinds (manifests/webhook/rbac.yaml). Default: on",
     )
-    walk.add_argument(
+    add_seconds(
+        walk,
         "--owner-watch-timeout",
-        type=int,
-        default=DEFAULT_WATCH_TIMEOUT,
-        metavar="SECONDS",
-        help="the API server ends each owner watch after this long and it is resumed "
-        f"from where it was (default {DEFAULT_WATCH_TIMEOUT})",
+        DEFAULT_WATCH_TIMEOUT,
+        "the API server ends each owner watch after this long and it is resumed from where it was",
+        whole=True,
     )
-    walk.add_argument(
+    add_seconds(
+        walk,
         "--owner-watch-sync-timeout",
-        type=float,
-        default=DEFAULT_SYNC_TIMEOUT,
-        metavar="SECONDS",
-        help="readiness waits at most this long for a kind that fails to list; its "
-        f"owners are fetched with GETs meanwhile (default {DEFAULT_SYNC_TIMEOUT:g})",
+        DEFAULT_SYNC_TIMEOUT,
+        "readiness waits at most this long for a kind that fails to list; its owners are fetched "
+        "with GETs meanwhile",
     )
     walk.add_argument(
         "--owner-cache-size",
@@ -197,13 +183,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "as `aibom-rollup certs` writes provenance.key; the annotator needs the same "
         "file). Without it edges are still checked and stamped, but no proof is written",
     )
-    prov.add_argument(
+    add_seconds(
+        prov,
         "--sar-cache-ttl",
-        type=float,
-        default=DEFAULT_SAR_TTL,
-        metavar="SECONDS",
-        help="how long a SubjectAccessReview verdict (per identity and owner) is reused "
-        f"(0 disables; default {DEFAULT_SAR_TTL:g})",
+        DEFAULT_SAR_TTL,
+        "how long a SubjectAccessReview verdict (per identity and owner) is reused (0 disables)",
     )
     prov.add_argument(
         "--sar-cache-size",
