@@ -816,13 +816,15 @@ async def write_ceiling(
     }
 
 
-_CONTINUE = re.compile(rb'"continue":"([^"]*)"')
+_CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]*)"')
 
 
 def _continue_token(raw: bytes) -> dict[str, str]:
-    """The list's continue token, from its metadata (which comes before the items),
-    without parsing the page: the ceiling client reads nothing else."""
-    found = _CONTINUE.search(raw, 0, 4096)
+    """The list's continue token, from the list's metadata (which the API server writes
+    before the items; an item's text is never searched), without parsing the page: the
+    ceiling client reads nothing else."""
+    end = raw.find(b'"items"')
+    found = _CONTINUE.search(raw, 0, end if end >= 0 else len(raw))
     return {"continue": found.group(1).decode()} if found else {}
 
 
