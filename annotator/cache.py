@@ -230,7 +230,10 @@ class ClusterState:
             return f"ns\x00{meta.get('name', '')}"
         if gk == CONFIGMAP:
             return f"cm\x00{meta.get('namespace', '')}\x00{meta.get('name', '')}"
-        return key_of(ref_of(obj))
+        uid = meta.get("uid")
+        # key_of(ref_of(obj)) without building the ref: its UID when it has one
+        # (every listed object; this runs once per object of every list).
+        return uid if isinstance(uid, str) and uid else key_of(ref_of(obj))
 
     def get(self, gk: GroupKind, key: str) -> Obj | None:
         if gk == NAMESPACE:

@@ -215,3 +215,16 @@ def test_parse_label(spec: str, want: tuple[str, str]) -> None:
 def test_parse_label_rejects_empty_key() -> None:
     with pytest.raises(ValueError, match="key=value"):
         parse_label("=x")
+
+
+def test_an_objects_cache_key_is_its_graph_key() -> None:
+    from aibom_core.graph import key_of
+    from aibom_core.objects import ref_of
+
+    pod = GroupKind("", "Pod")
+    with_uid = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u-1"}}
+    without = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
+    odd = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": 7}}
+    for obj in (with_uid, without, odd):
+        assert ClusterState.key(pod, obj) == key_of(ref_of(obj))
+    assert ClusterState.key(pod, with_uid) == "u-1"
