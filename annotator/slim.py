@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Iterable
+from enum import Enum
 from typing import Any, TypedDict
 
 import orjson
@@ -448,20 +449,45 @@ def _statuses(items: Any) -> Any:
     ]
 
 
+class Kept(Enum):
+    """What the cache keeps of a kind (the module docstring): one rule, from which the
+    slimming function, the informer's metadata-only request and the decoding schema
+    all follow."""
+
+    POD = "pod"  # PodSlimmer, through POD_SCHEMA
+    CONFIGMAP = "configmap"  # slim_configmap: metadata and who manages the data
+    METADATA = "metadata"  # slim_metadata_only: walk-only intermediates, Namespaces
+    WHOLE = "whole"  # tracked kinds: slim_full, templates shared
+
+    @classmethod
+    def of(cls, registry: KindRegistry, gk: GroupKind) -> Kept:
+        if gk == POD:
+            return cls.POD
+        if gk == CONFIGMAP:
+            return cls.CONFIGMAP
+        if gk != NAMESPACE and registry.is_tracked(gk):
+            return cls.WHOLE
+        return cls.METADATA
+
+
+_SCHEMAS: dict[Kept, KindSchema | None] = {
+    Kept.POD: POD_SCHEMA,
+    Kept.CONFIGMAP: CONFIGMAP_SCHEMA,
+    Kept.METADATA: METADATA_SCHEMA,
+    Kept.WHOLE: None,
+}
+
+
 def schema_of(registry: KindRegistry, gk: GroupKind) -> KindSchema | None:
     """How lists and watches of this kind are decoded: into what `slimmer` reads of it
     (aibom_edge.schema); None for tracked kinds (all of it is kept)."""
-    if gk == POD:
-        return POD_SCHEMA
-    if gk == CONFIGMAP:
-        return CONFIGMAP_SCHEMA
-    return METADATA_SCHEMA if keeps_metadata_only(registry, gk) else None
+    return _SCHEMAS[Kept.of(registry, gk)]
 
 
 def keeps_metadata_only(registry: KindRegistry, gk: GroupKind) -> bool:
     """Whether the cache keeps only the metadata of this kind (what `slimmer` does with it):
     its informer then lists and watches PartialObjectMetadata."""
-    return gk != POD and not registry.is_tracked(gk)
+    return Kept.of(registry, gk) in (Kept.CONFIGMAP, Kept.METADATA)
 
 
 def slimmer(
@@ -471,19 +497,20 @@ def slimmer(
     field_manager: str = FIELD_MANAGER,
 ) -> Callable[[Obj], Obj]:
     """The slimming function for objects of any kind under this registry."""
-    pods = PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX))
     templates = TemplateSharer()
+    by_kept: dict[Kept, Callable[[Obj], Obj]] = {
+        Kept.POD: PodSlimmer(annotation_prefixes=(stamp_prefix, MODEL_PREFIX)),
+        Kept.CONFIGMAP: lambda obj: slim_configmap(obj, field_manager=field_manager),
+        Kept.METADATA: slim_metadata_only,
+        Kept.WHOLE: lambda obj: templates(slim_full(obj)),
+    }
+    by_kind: dict[GroupKind, Callable[[Obj], Obj]] = {}  # the rule, once per kind
 
     def slim(obj: Obj) -> Obj:
         gk = group_kind_of(obj)
-        if gk == POD:
-            return pods(obj)
-        if gk == CONFIGMAP:
-            return slim_configmap(obj, field_manager=field_manager)
-        if gk == NAMESPACE:
-            return slim_metadata_only(obj)
-        if registry.is_tracked(gk):
-            return templates(slim_full(obj))
-        return slim_metadata_only(obj)
+        fn = by_kind.get(gk)
+        if fn is None:
+            fn = by_kind[gk] = by_kept[Kept.of(registry, gk)]
+        return fn(obj)
 
     return slim

@@ -10,7 +10,7 @@ import pytest
 
 from aibom_core.bom import RootView, build_document
 from aibom_core.graph import build_graph
-from aibom_core.kinds import default_registry, group_kind_of
+from aibom_core.kinds import GroupKind, default_registry, group_kind_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import stamp_of
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
@@ -18,7 +18,9 @@ from annotator.slim import (
     CONFIGMAP_SCHEMA,
     METADATA_SCHEMA,
     POD_SCHEMA,
+    Kept,
     TemplateSharer,
+    keeps_metadata_only,
     schema_of,
     slimmer,
 )
@@ -397,3 +399,26 @@ def test_metadata_only_kinds_and_configmaps_decoded_through_their_schemas_slim_t
         CONFIGMAP_SCHEMA.page(orjson.dumps({"items": [edited]}))["items"][0]
     )
     assert schema_of(REG, group_kind_of(family()[0])) is None  # tracked: kept whole
+
+
+def test_slimming_listing_and_decoding_follow_one_rule_per_kind() -> None:
+    # What the slimmer keeps of a kind is what its informer asks the server for
+    # (metadata only or not) and what its schema decodes: one rule (Kept.of).
+    kinds = REG.tracked | REG.walk_only | {GroupKind("", "Namespace"), GroupKind("", "ConfigMap")}
+    for gk in sorted(kinds):
+        api_version = f"{gk.group}/v1" if gk.group else "v1"
+        obj = {
+            "apiVersion": api_version,
+            "kind": gk.kind,
+            "metadata": {"name": "x", "namespace": "ns", "uid": "u"},
+            "spec": {"replicas": 1},
+        }
+        slimmed = slimmer(REG)(obj)
+        kept = Kept.of(REG, gk)
+        assert ("spec" in slimmed) == (kept in (Kept.WHOLE, Kept.POD)), gk
+        assert keeps_metadata_only(REG, gk) == ("spec" not in slimmed), gk
+        schema = schema_of(REG, gk)
+        assert (schema is None) == (kept is Kept.WHOLE), gk
+        assert (schema is POD_SCHEMA) == (gk.kind == "Pod" and not gk.group), gk
+        if keeps_metadata_only(REG, gk) and gk.kind != "ConfigMap":
+            assert schema is METADATA_SCHEMA, gk
