@@ -40,11 +40,9 @@ class _Page(TypedDict, Generic[T], total=False):
     items: list[T]
 
 
-class _Event(msgspec.Struct):
-    # A Struct, not a TypedDict: msgspec keeps a Raw (the object's bytes, unparsed)
-    # only in a Struct field.
+class _Event(msgspec.Struct, Generic[T]):
     type: str
-    object: msgspec.Raw
+    object: T
 
 
 class KindSchema:
@@ -54,8 +52,7 @@ class KindSchema:
 
     def __init__(self, item: Any, *, fallback: Callable[[bytes], Any] = loads) -> None:
         self._page = msgspec.json.Decoder(_Page[item])
-        self._item = msgspec.json.Decoder(item)
-        self._event = msgspec.json.Decoder(_Event)
+        self._event = msgspec.json.Decoder(_Event[item])
         self._fallback = fallback
 
     def page(self, raw: bytes) -> Any:
@@ -67,15 +64,12 @@ class KindSchema:
 
     def event(self, raw: bytes) -> Any:
         """A watch event (`{"type": ..., "object": ...}`), its object trimmed when it is
-        one of the kind's."""
+        one of the kind's. Decoded once, through the schema; an event of another type
+        (an ERROR's Status, a BOOKMARK: rare) is then parsed again, whole."""
         try:
             event = self._event.decode(raw)
         except msgspec.DecodeError:
             return self._fallback(raw)
-        kind, obj = event.type, event.object
-        if kind in OBJECT_EVENTS:
-            try:
-                return {"type": kind, "object": self._item.decode(obj)}
-            except msgspec.DecodeError:
-                pass
-        return {"type": kind, "object": self._fallback(bytes(obj))}
+        if event.type in OBJECT_EVENTS:
+            return {"type": event.type, "object": event.object}
+        return self._fallback(raw)
