@@ -28,6 +28,11 @@ def _group_kind(group: str, kind: str) -> GroupKind:
     return gk
 
 
+def hop_of(group: str, kind: str, name: str) -> str:
+    """`<group>/<Kind>/<name>` (group `core` for the core group), as in rollup-reason."""
+    return f"{group or 'core'}/{kind}/{name}"
+
+
 @dataclass(frozen=True, order=True, slots=True)
 class ObjRef:
     """Who an object is: group, kind, namespace, name and (when assigned) UID."""
@@ -50,8 +55,7 @@ class ObjRef:
 
     @property
     def hop(self) -> str:
-        """`<group>/<Kind>/<name>` (group `core` for the core group), as in rollup-reason."""
-        return f"{self.group or 'core'}/{self.kind}/{self.name}"
+        return hop_of(self.group, self.kind, self.name)
 
 
 @dataclass(frozen=True, slots=True)

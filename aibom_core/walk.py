@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from aibom_core.kinds import KindRegistry
-from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
+from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, hop_of, ref_of
 
 # Worker Pod -> worker StatefulSet -> leader Pod -> leader StatefulSet ->
 # LeaderWorkerSet -> DynamoComponentDeployment -> DynamoGraphDeployment is
@@ -87,7 +87,7 @@ class HopFailure:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.reason.value} {self.group or 'core'}/{self.kind}/{self.name}"
+        return f"{self.reason.value} {hop_of(self.group, self.kind, self.name)}"
 
 
 @dataclass(frozen=True, slots=True)
