@@ -703,7 +703,7 @@ class Controller:
             self._once(
                 ("unresolved", failure.group, failure.kind, failure.reason.value),
                 "owner walk failed; the workload is reported as its own root",
-                kind=f"{failure.group or 'core'}/{failure.kind}",
+                kind=str(GroupKind(failure.group, failure.kind)),
                 reason=failure.reason.value,
                 example=str(plan.key),
             )
@@ -929,7 +929,7 @@ class Controller:
                 "another writer keeps undoing stamp repairs of this kind (without the webhook, "
                 "the Deployment controller copies a Deployment's annotations onto its "
                 "ReplicaSets); leaving such objects alone for a while",
-                kind=f"{plan.ref.group or 'core'}/{plan.ref.kind}",
+                kind=str(plan.ref.group_kind),
                 example=f"{plan.ref.namespace}/{plan.ref.name}",
             )
             return "contested"
@@ -950,7 +950,7 @@ class Controller:
             self._once(
                 ("stamp-forbidden", plan.ref.group, plan.ref.kind),
                 "may not patch this kind; its stamps are not repaired",
-                kind=f"{plan.ref.group or 'core'}/{plan.ref.kind}",
+                kind=str(plan.ref.group_kind),
             )
         return outcome
 
