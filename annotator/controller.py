@@ -70,6 +70,12 @@ STAMP_MODES = ("opted-in", "all", "off")
 GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding
 
 
+def wanted_kinds(registry: KindRegistry) -> tuple[GroupKind, ...]:
+    """Every kind the annotator lists and watches, in order: the registry's tracked and
+    walk-only kinds, Namespaces and (ours, by label) ConfigMaps."""
+    return tuple(sorted(registry.tracked | registry.walk_only | {NAMESPACE, CONFIGMAP}))
+
+
 @dataclass(frozen=True)
 class Settings:
     registry: KindRegistry
@@ -145,9 +151,7 @@ class Controller:
             trust_all=settings.trust_owner_references,
         )
         self.slim = slimmer(settings.registry, stamp_prefix=settings.keys.prefix)
-        self.wanted: tuple[GroupKind, ...] = tuple(
-            sorted(settings.registry.tracked | settings.registry.walk_only | {NAMESPACE, CONFIGMAP})
-        )
+        self.wanted = wanted_kinds(settings.registry)
         self.informers: dict[GroupKind, Informer] = {}
         self._informer_tasks: dict[GroupKind, asyncio.Task[None]] = {}
         self._unserved: set[GroupKind] = set()

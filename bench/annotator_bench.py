@@ -96,8 +96,9 @@ from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import METADATA_LIST, Kube  # noqa: E402
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE  # noqa: E402
-from annotator.cache import CONFIGMAP, NAMESPACE  # noqa: E402
+from annotator.cache import CONFIGMAP  # noqa: E402
 from annotator.configmap import DocLabels  # noqa: E402
+from annotator.controller import wanted_kinds  # noqa: E402
 from annotator.slim import keeps_metadata_only  # noqa: E402
 from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 
@@ -833,17 +834,15 @@ async def list_ceiling(kube: Kube, *, page_size: int) -> dict[str, Any]:
     every kind the annotator lists, as it lists them (concurrently, a task per kind; the
     same pages; PartialObjectMetadata where the annotator asks for it; our ConfigMaps by
     their label), and parses nothing but each page's continue token."""
-    wanted = sorted(REG.tracked | REG.walk_only | {NAMESPACE, CONFIGMAP})
-    pages: dict[str, int] = {}
 
-    async def one(gk: GroupKind) -> None:
+    async def one(gk: GroupKind) -> int:
         res = await kube.discovery.resource(gk)
         if res is None:
-            return
+            return 0
         first = {"limit": str(page_size)}
         if gk == CONFIGMAP:
             first["labelSelector"] = DocLabels().selector
-        params, n = first, 0
+        params, pages = first, 0
         while True:
             resp = await kube.request(
                 "GET",
@@ -854,16 +853,15 @@ async def list_ceiling(kube: Kube, *, page_size: int) -> dict[str, Any]:
                 decode=_continue_token,
             )
             assert resp.ok, f"list {res.path()}: HTTP {resp.status}"
-            n += 1
+            pages += 1
             token = resp.body.get("continue")
             if not token:
-                break
+                return pages
             params = {**first, "continue": token}
-        pages[gk.kind] = n
 
     started = time.monotonic()
-    await asyncio.gather(*(one(gk) for gk in wanted))
-    return {"seconds": time.monotonic() - started, "pages": sum(pages.values())}
+    pages = await asyncio.gather(*(one(gk) for gk in wanted_kinds(REG)))
+    return {"seconds": time.monotonic() - started, "pages": sum(pages)}
 
 
 async def cached_pod_bytes(kube: Kube, sample: int = 2000) -> dict[str, Any]:
@@ -1051,7 +1049,7 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
         # -- restart over existing documents ----------------------------------------------
         # Each restart follows a list ceiling (a bare client's lists of the same
         # kinds, just before it): the restart's lists cannot be faster than that.
-        # With --restarts N the fields are medians of the N runs (restart_runs
+        # With --restarts N the fields are the median run's (restart_runs
         # holds each).
         runs: list[dict[str, Any]] = []
         page_size = page_size_of(extra)

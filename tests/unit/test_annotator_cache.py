@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
+from aibom_core.graph import key_of
 from aibom_core.kinds import GroupKind, default_registry, group_kind_of
-from aibom_core.objects import Obj
+from aibom_core.objects import Obj, ref_of
 from aibom_core.walk import Reason
 from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, parse_label
 from annotator.keys import RootKey, SweepKey
@@ -218,9 +219,6 @@ def test_parse_label_rejects_empty_key() -> None:
 
 
 def test_an_objects_cache_key_is_its_graph_key() -> None:
-    from aibom_core.graph import key_of
-    from aibom_core.objects import ref_of
-
     pod = GroupKind("", "Pod")
     with_uid = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "uid": "u-1"}}
     without = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
