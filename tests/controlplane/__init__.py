@@ -3,14 +3,14 @@
 The binaries (etcd, kube-apiserver, kube-controller-manager, kubectl) are built
 from the Go module in this folder (see ``go.mod`` and ``README.md``) and cached
 outside the repository under ``${AIBOM_CACHE_DIR:-~/.cache/aibom-rollup}/
-controlplane/<key>/bin``, keyed by a hash of ``go.mod``, ``go.sum`` and the
-``cmd/`` mains. :class:`ControlPlane` runs them on 127.0.0.1 with random free
-ports, fresh certificates and a fresh data directory. Nothing here fakes the
-API: every call goes to the real kube-apiserver, and Kubernetes' own
-controllers (deployment, replicaset, job, cronjob, garbage collector,
-namespace, serviceaccount, serviceaccount-token, ...) run in the
-kube-controller-manager. There is no scheduler and no kubelet: Pods stay
-Pending.
+controlplane/<key>/bin``, keyed by a hash of ``go.mod`` (whose ``tool``
+directives name upstream's own main packages) and ``go.sum``.
+:class:`ControlPlane` runs them on 127.0.0.1 with random free ports, fresh
+certificates and a fresh data directory. Nothing here fakes the API: every
+call goes to the real kube-apiserver, and Kubernetes' own controllers
+(deployment, replicaset, job, cronjob, garbage collector, namespace,
+serviceaccount, serviceaccount-token, ...) run in the kube-controller-manager.
+There is no scheduler and no kubelet: Pods stay Pending.
 
 Public API (pytest users: the fixtures ``control_plane``, ``kubectl`` and
 ``namespace`` in ``tests/integration/conftest.py`` wrap it)::
@@ -136,8 +136,15 @@ __all__ = [
 K8S_VERSION: Final = "v1.36.3"
 #: The etcd server release (go.etcd.io/etcd/server/v3 in go.mod).
 ETCD_VERSION: Final = "v3.6.8"
-#: The binaries ``ensure_binaries`` builds, each from ``cmd/<name>``.
-BINARIES: Final = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+#: The binaries ``ensure_binaries`` builds, each from upstream's main package
+#: (a ``tool`` of go.mod: no main is copied into this repository).
+MAINS: Final = {
+    "etcd": "go.etcd.io/etcd/server/v3",
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+}
+BINARIES: Final = tuple(MAINS)
 
 MODULE_DIR: Final = Path(__file__).resolve().parent
 REPO_ROOT: Final = MODULE_DIR.parent.parent
@@ -161,7 +168,7 @@ DEFAULT_CRD_FILES: Final = (
 )
 
 # Bump when the way binaries are built changes (flags, layout), to rebuild.
-_BUILD_RECIPE: Final = "2"
+_BUILD_RECIPE: Final = "3"
 _SERVICE_CLUSTER_IP_RANGE: Final = "10.0.0.0/24"
 _SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 
@@ -197,20 +204,19 @@ def shared_dir() -> Path:
     return Path(env).expanduser() if env else REPO_ROOT / "tests" / "upstream"
 
 
-def _build_inputs() -> list[Path]:
-    files = [MODULE_DIR / "go.mod", MODULE_DIR / "go.sum"]
-    files += sorted(p for p in (MODULE_DIR / "cmd").rglob("*") if p.is_file())
-    return files
+def _module_digest(module_dir: Path, *, recipe: str, ldflags: str) -> str:
+    """16 hex of a SHA-256 over a Go module's go.mod (with the ``tool`` mains it
+    names), its go.sum, the build flags and a recipe number."""
+    digest = hashlib.sha256(f"recipe={recipe}\nldflags={ldflags}\n".encode())
+    for name in ("go.mod", "go.sum"):
+        digest.update(name.encode() + b"\0" + (module_dir / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def build_key() -> str:
-    """``<k8s-version>-<hash>``: the hash covers go.mod, go.sum, the mains and the
-    build flags, so any change to what is built gives a new cache folder."""
-    digest = hashlib.sha256(f"recipe={_BUILD_RECIPE}\nldflags={_ldflags()}\n".encode())
-    for path in _build_inputs():
-        digest.update(path.relative_to(MODULE_DIR).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return f"{K8S_VERSION}-{digest.hexdigest()[:16]}"
+    """``<k8s-version>-<hash>`` (`_module_digest`): any change to what is built
+    gives a new cache folder."""
+    return f"{K8S_VERSION}-{_module_digest(MODULE_DIR, recipe=_BUILD_RECIPE, ldflags=_ldflags())}"
 
 
 def binaries_dir() -> Path:
@@ -317,13 +323,15 @@ def _try_lock(lock: IO[str]) -> bool:
 def _build(key_dir: Path, progress_interval: float) -> None:
     staging = _go_build(
         MODULE_DIR,
-        [f"./cmd/{name}" for name in BINARIES],
+        list(MAINS.values()),
         ldflags=_ldflags(),
         key_dir=key_dir,
         progress_interval=progress_interval,
         what=f"{', '.join(BINARIES)} ({K8S_VERSION}, etcd {ETCD_VERSION})",
         estimate="about 5 min",
     )
+    for name, package in MAINS.items():
+        _name_after(staging, package, name)
     _install(
         staging, key_dir, binary="kube-apiserver", version_args=["--version"], expect=K8S_VERSION
     )
@@ -444,6 +452,16 @@ def _go_build(
     return staging
 
 
+def _name_after(staging: Path, package: str, name: str) -> None:
+    """Rename the binary ``go build -o staging/`` wrote for ``package`` to ``name``
+    (go names it after the package path's last element, or the one before a
+    major-version suffix: go.etcd.io/etcd/server/v3 gives ``server``)."""
+    parts = package.split("/")
+    last = parts[-2] if len(parts) > 1 and re.fullmatch(r"v[0-9]+", parts[-1]) else parts[-1]
+    if last != name:
+        (staging / last).rename(staging / name)
+
+
 def _install(
     staging: Path, key_dir: Path, *, binary: str, version_args: Sequence[str], expect: str
 ) -> Path:
@@ -475,11 +493,13 @@ LWS_VERSION: Final = "v0.9.0"
 LWS_COMMIT: Final = "f056f611ae7721f9983ac35f26bfbae8547fd9f3"
 #: The Go module that builds ``lws-controller`` (its own go.mod and go.sum).
 LWS_MODULE_DIR: Final = MODULE_DIR / "lws"
+#: Upstream's main package of the controller manager (a ``tool`` of lws/go.mod).
+LWS_MAIN: Final = "sigs.k8s.io/lws/cmd"
 #: Where the release manifests put the controller, and as whom it runs.
 LWS_NAMESPACE: Final = "lws-system"
 LWS_SERVICE_ACCOUNT: Final = "lws-controller-manager"
 # Bump when the way the LWS controller is built or its release rendered changes.
-_LWS_RECIPE: Final = "1"
+_LWS_RECIPE: Final = "2"
 
 
 def _lws_ldflags() -> str:
@@ -490,15 +510,10 @@ def _lws_ldflags() -> str:
 
 
 def lws_build_key() -> str:
-    """``lws-<version>-<hash>`` over lws/go.mod, go.sum, its main, the ldflags and
-    the recipe: any change gives a new cache folder, next to the control plane's."""
-    digest = hashlib.sha256(f"recipe={_LWS_RECIPE}\nldflags={_lws_ldflags()}\n".encode())
-    files = [LWS_MODULE_DIR / "go.mod", LWS_MODULE_DIR / "go.sum"]
-    files += sorted(p for p in (LWS_MODULE_DIR / "cmd").rglob("*") if p.is_file())
-    for path in files:
-        digest.update(path.relative_to(LWS_MODULE_DIR).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return f"lws-{LWS_VERSION}-{digest.hexdigest()[:16]}"
+    """``lws-<version>-<hash>`` (`_module_digest` of lws/): any change gives a new
+    cache folder, next to the control plane's."""
+    digest = _module_digest(LWS_MODULE_DIR, recipe=_LWS_RECIPE, ldflags=_lws_ldflags())
+    return f"lws-{LWS_VERSION}-{digest}"
 
 
 def _have_lws(key_dir: Path) -> bool:
@@ -511,8 +526,8 @@ def _have_lws(key_dir: Path) -> bool:
 def ensure_lws() -> Path:
     """Build the LWS controller unless cached; return its folder.
 
-    ``<folder>/bin/lws-controller`` is upstream ``cmd/main.go`` of
-    sigs.k8s.io/lws at :data:`LWS_VERSION`, and ``<folder>/release.yaml`` is
+    ``<folder>/bin/lws-controller`` is upstream's main package ``sigs.k8s.io/lws/cmd``
+    (a ``tool`` of lws/go.mod) at :data:`LWS_VERSION`, and ``<folder>/release.yaml`` is
     the release's own manifests (``kubectl kustomize config/default`` of the
     same module: CRDs, ServiceAccount, RBAC, webhook configurations). Same
     cache, lock and progress output as :func:`ensure_binaries`; a cold build
@@ -527,13 +542,14 @@ def _build_lws(key_dir: Path, progress_interval: float) -> None:
     kubectl = ensure_binaries() / "kubectl"  # renders the release's kustomization
     staging = _go_build(
         LWS_MODULE_DIR,
-        ("./cmd/lws-controller",),
+        (LWS_MAIN,),
         ldflags=_lws_ldflags(),
         key_dir=key_dir,
         progress_interval=progress_interval,
         what=f"the LeaderWorkerSet controller (sigs.k8s.io/lws {LWS_VERSION})",
         estimate="about 1.5 min",
     )
+    _name_after(staging, LWS_MAIN, "lws-controller")
     try:
         out = subprocess.run(
             [str(staging / "lws-controller"), "--version"],

@@ -30,6 +30,7 @@ from tests.controlplane import (
     _build_once,
     _go_build,
     _install,
+    _name_after,
     cache_dir,
     go_ldflags,
 )
@@ -120,9 +121,7 @@ def ensure_tool(name: str | GoTool, *, progress_interval: float = 15.0) -> Path:
             tags=tool.tags,
             verify=False,
         )
-        built = staging / Path(tool.package).name  # go build names it after its package
-        if tool.name != built.name:
-            built.rename(staging / tool.name)
+        _name_after(staging, tool.package, tool.name)
         _install(
             staging,
             key_dir,
