@@ -44,27 +44,14 @@ class ProvenanceKeyError(ValueError):
     """The provenance key is not a key (the edges read the file: `aibom_edge.options`)."""
 
 
-def proof_message(namespace: str, group: str, kind: str, name: str, owner_uid: str) -> bytes:
-    return "\n".join((PROOF_VERSION, namespace, group, kind, name, owner_uid)).encode()
-
-
-def edge_proof(
-    key: bytes, *, namespace: str, group: str, kind: str, name: str, owner_uid: str
-) -> str:
-    """The `edge-proof` value for this child and controller-owner UID."""
-    mac = hmac.new(key, proof_message(namespace, group, kind, name, owner_uid), hashlib.sha256)
-    return f"{PROOF_VERSION}:" + base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
-
-
 def proof_for(key: bytes, child: ObjRef, owner: OwnerRef) -> str:
-    return edge_proof(
-        key,
-        namespace=child.namespace,
-        group=child.group,
-        kind=child.kind,
-        name=child.name,
-        owner_uid=owner.uid,
+    """The `edge-proof` value of this child's controller reference to `owner` (the
+    message is the module docstring's)."""
+    message = "\n".join(
+        (PROOF_VERSION, child.namespace, child.group, child.kind, child.name, owner.uid)
     )
+    mac = hmac.new(key, message.encode(), hashlib.sha256)
+    return f"{PROOF_VERSION}:" + base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
 
 
 def verify(key: bytes, value: object, child: ObjRef, owner: OwnerRef) -> bool:

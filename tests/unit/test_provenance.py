@@ -20,7 +20,6 @@ from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import (
     ProofTrust,
     ProvenanceKeyError,
-    edge_proof,
     parse_key,
     proof_for,
     verify,
@@ -52,25 +51,28 @@ def test_proof_is_the_contract_hmac() -> None:
     msg = b"v1\nns\napps\nReplicaSet\nrs-1\nuid-1"
     mac = hmac.new(KEY, msg, hashlib.sha256).digest()
     want = "v1:" + base64.urlsafe_b64encode(mac).decode().rstrip("=")
-    got = edge_proof(
-        KEY, namespace="ns", group="apps", kind="ReplicaSet", name="rs-1", owner_uid="uid-1"
-    )
+    child = ObjRef(group="apps", kind="ReplicaSet", namespace="ns", name="rs-1", uid="rs-uid")
+    owner = OwnerRef(api_version="apps/v1", kind="Deployment", name="d", uid="uid-1")
+    got = proof_for(KEY, child, owner)
     assert got == want
     assert "=" not in got
 
 
 @pytest.mark.parametrize(
-    "field",
-    ["namespace", "group", "kind", "name", "owner_uid"],
+    ("field", "of_owner"),
+    [("namespace", False), ("group", False), ("kind", False), ("name", False), ("uid", True)],
 )
-def test_proof_binds_each_field(field: str) -> None:
-    parts = {"namespace": "ns", "group": "", "kind": "Pod", "name": "p", "owner_uid": "u"}
+def test_proof_binds_each_field(field: str, of_owner: bool) -> None:
     child = ObjRef(group="", kind="Pod", namespace="ns", name="p", uid="")
     owner = OwnerRef(api_version="apps/v1", kind="ReplicaSet", name="rs", uid="u")
-    proof = edge_proof(KEY, **parts)
+    proof = proof_for(KEY, child, owner)
     assert verify(KEY, proof, child, owner)
-    changed = {**parts, field: parts[field] + "x"}
-    assert edge_proof(KEY, **changed) != proof
+    if of_owner:
+        owner = dataclasses.replace(owner, **{field: getattr(owner, field) + "x"})
+    else:
+        child = dataclasses.replace(child, **{field: getattr(child, field) + "x"})
+    assert proof_for(KEY, child, owner) != proof
+    assert not verify(KEY, proof, child, owner)
     assert not verify(b"j" * 32, proof, child, owner)
     assert not verify(KEY, proof + "A", child, owner)
     assert not verify(KEY, None, child, owner)
