@@ -23,12 +23,10 @@ from typing import Any
 import yaml
 
 from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE, OPT_OUT_LABEL, OPT_OUT_VALUE
 
 POLICY_NAME = "aibom-rollup-provenance"
 BINDING_NAME = "aibom-rollup-provenance"
-OPT_IN_LABEL = "aibom.dev/enabled"
-OPT_OUT_LABEL = "aibom.dev/provenance-guard"
-OPT_OUT_VALUE = "disabled"
 SHIPPED_PATH = "manifests/provenance/policy.yaml"
 
 # What may go into a CEL string literal unescaped (the registry validates
@@ -195,7 +193,7 @@ def binding() -> Doc:
             "matchResources": {
                 "namespaceSelector": {
                     "matchExpressions": [
-                        {"key": OPT_IN_LABEL, "operator": "In", "values": ["true"]},
+                        {"key": OPT_IN_LABEL, "operator": "In", "values": [OPT_IN_VALUE]},
                         {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
                     ]
                 }
@@ -229,7 +227,7 @@ _HEADER = f"""\
 #   uid) is not re-checked; removing one (orphaning, garbage collection) never is.
 # - Owner kinds not in the registry are not checked: the roll-up never follows
 #   a reference to them, so it can prove nothing there.
-# - Bound to namespaces labelled {OPT_IN_LABEL}=true, unless labelled
+# - Bound to namespaces labelled {OPT_IN_LABEL}={OPT_IN_VALUE}, unless labelled
 #   {OPT_OUT_LABEL}={OPT_OUT_VALUE} (for a third-party controller that
 #   lacks the permission).
 """

@@ -17,6 +17,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from aibom_core.kinds import KindRegistry, RegistryError, default_registry, registry_from_config
+from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE, parse_label
 from aibom_core.provenance import ProvenanceKeyError, parse_key
 from aibom_core.stamp import DEFAULT_PREFIX, Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT
@@ -189,6 +190,24 @@ def add_cluster_options(group: argparse._ArgumentGroup) -> None:
         "service account)",
     )
     group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+
+
+def add_namespace_label_option(group: argparse._ArgumentGroup, *, help_text: str) -> None:
+    """--namespace-label KEY=VALUE (`namespace_label_of` reads it; `aibom_core.opt_in`)."""
+    group.add_argument(
+        "--namespace-label",
+        default=f"{OPT_IN_LABEL}={OPT_IN_VALUE}",
+        metavar="KEY=VALUE",
+        help=f"{help_text} (default: %(default)s)",
+    )
+
+
+def namespace_label_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The (key, value) of --namespace-label; UsageError when its key is empty."""
+    try:
+        return parse_label(args.namespace_label)
+    except ValueError as exc:
+        raise UsageError(f"--namespace-label: {exc}") from None
 
 
 def add_log_options(

@@ -32,15 +32,10 @@ import orjson
 from aibom_core.bom import Facts, FactsCache, facts_of, input_hash, render
 from aibom_core.dump import Dump, DumpError, load
 from aibom_core.graph import OwnershipGraph, build_graph
-from aibom_core.guard import (
-    BINDING_NAME,
-    OPT_OUT_LABEL,
-    OPT_OUT_VALUE,
-    POLICY_NAME,
-    SHIPPED_PATH,
-)
+from aibom_core.guard import BINDING_NAME, POLICY_NAME, SHIPPED_PATH
 from aibom_core.guard import render as render_policy
 from aibom_core.kinds import DEFAULT_KINDS_YAML, GroupKind
+from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE, OPT_OUT_LABEL, OPT_OUT_VALUE, opted_in
 from aibom_core.provenance import ProofTrust
 from aibom_core.rollup import RootEntry, inventory
 from aibom_core.stamp import Keys, mirror_deployment, stamp_of
@@ -61,7 +56,6 @@ from aibom_edge.options import (
 )
 
 PROG = "aibom-rollup"
-OPT_IN_LABEL = "aibom.dev/enabled"
 INPUT_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -132,7 +126,7 @@ def _namespaces(args: argparse.Namespace, dump: Dump) -> list[str] | None:
     if not args.opted_in_only:
         return None
     opted = dump.namespaces.items()
-    return sorted(ns for ns, labels in opted if labels.get(OPT_IN_LABEL) == "true")
+    return sorted(ns for ns, labels in opted if opted_in(labels))
 
 
 # -- scan --------------------------------------------------------------------
@@ -721,7 +715,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     scan.add_argument(
         "--opted-in-only",
         action="store_true",
-        help=f"only namespaces of the dump labelled {OPT_IN_LABEL}=true",
+        help=f"only namespaces of the dump labelled {OPT_IN_LABEL}={OPT_IN_VALUE}",
     )
     _offline_options(scan)
 
@@ -754,7 +748,7 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="print the provenance guard (ValidatingAdmissionPolicy) for the kind registry",
         description=f"Print the ValidatingAdmissionPolicy {POLICY_NAME} and its binding "
         f"{BINDING_NAME} (YAML), generated from the kind registry: in namespaces labelled "
-        f"{OPT_IN_LABEL}=true (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
+        f"{OPT_IN_LABEL}={OPT_IN_VALUE} (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
         "server refuses a CREATE or UPDATE that adds or changes a controller ownerReference "
         "to a kind of the registry unless the requester may update that owner's "
         "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "

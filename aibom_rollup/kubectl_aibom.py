@@ -34,6 +34,7 @@ import yaml
 from aibom_core.explain import Explanation, explanation, traced
 from aibom_core.kindnames import Target, TargetError, parse_target
 from aibom_core.kinds import KindRegistry
+from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE
 from aibom_core.stamp import Keys
 from aibom_core.walk import Rollup
 from aibom_edge.kube import Kube, KubeError
@@ -345,7 +346,7 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
             )
         raise NotFound(
             f"no AIBOM for {ex.subject.kind_name} yet: is the annotator running, and is "
-            f"namespace {ns} opted in (label aibom.dev/enabled=true)?"
+            f"namespace {ns} opted in (label {OPT_IN_LABEL}={OPT_IN_VALUE})?"
         )
     fmt = args.output or "json"
     if fmt == "json":

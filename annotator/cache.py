@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from aibom_core.graph import OwnershipGraph, key_of, refused_here
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
+from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import ProofTrust
 from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import Keys
@@ -38,9 +39,6 @@ from annotator.keys import RootKey, SweepKey
 
 NAMESPACE = GroupKind("", "Namespace")
 CONFIGMAP = GroupKind("", "ConfigMap")
-DEFAULT_OPT_IN_LABEL = "aibom.dev/enabled"
-# Provenance: the guard's opt-out label.
-GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
 
 CmName = tuple[str, str]  # namespace, name
 
@@ -64,15 +62,6 @@ class Dirty:
         return bool(self.roots or self.stamps or self.sweeps or self.full)
 
 
-def parse_label(spec: str) -> tuple[str, str]:
-    """`key=value` (or a bare `key`, meaning `key=true`)."""
-    key, sep, value = spec.partition("=")
-    key, value = key.strip(), value.strip()
-    if not key:
-        raise ValueError(f"namespace label must look like key=value, got {spec!r}")
-    return key, (value if sep else "true")
-
-
 class ClusterState:
     """See the module docstring."""
 
@@ -81,7 +70,7 @@ class ClusterState:
         registry: KindRegistry,
         *,
         max_depth: int = DEFAULT_MAX_DEPTH,
-        opt_in_label: tuple[str, str] = (DEFAULT_OPT_IN_LABEL, "true"),
+        opt_in_label: tuple[str, str] = DEFAULT_OPT_IN,
         labels: DocLabels | None = None,
         provenance_key: bytes | None = None,
         keys: Keys | None = None,
@@ -113,8 +102,7 @@ class ClusterState:
 
     def guard_disabled(self, namespace: str) -> bool:
         """Opted in, but labelled out of the provenance guard."""
-        labels = self.namespaces.get(namespace) or {}
-        return labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]
+        return guard_opted_out(self.namespaces.get(namespace))
 
     def guarded(self, namespace: str) -> bool:
         """The contract's guarded namespace: opted in, no opt-out label, binding exists."""
@@ -146,8 +134,7 @@ class ClusterState:
         return out
 
     def _labelled(self, labels: Mapping[str, str]) -> bool:
-        key, value = self.opt_in_label
-        return labels.get(key) == value
+        return opted_in(labels, self.opt_in_label)
 
     def resolve(self, key: str) -> WalkResult | None:
         return self.graph.resolve_key(key)

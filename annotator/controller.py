@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aibom_core.bom import render
+from aibom_core.guard import BINDING_NAME
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj
+from aibom_core.opt_in import DEFAULT_OPT_IN
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
@@ -67,7 +69,6 @@ from annotator.writer import NotLeader, WriteError, Writer
 log = logging.getLogger("annotator")
 
 STAMP_MODES = ("opted-in", "all", "off")
-GUARD_BINDING = "aibom-rollup-provenance"  # the ValidatingAdmissionPolicyBinding
 
 
 def wanted_kinds(registry: KindRegistry) -> tuple[GroupKind, ...]:
@@ -81,7 +82,7 @@ class Settings:
     registry: KindRegistry
     tool_version: str
     keys: Keys = field(default_factory=Keys)
-    namespace_label: tuple[str, str] = ("aibom.dev/enabled", "true")
+    namespace_label: tuple[str, str] = DEFAULT_OPT_IN
     max_depth: int = DEFAULT_MAX_DEPTH
     workers: int = 16  # writes in flight; etcd batches concurrent writes
     page_size: int = DEFAULT_PAGE_SIZE
@@ -414,19 +415,19 @@ class Controller:
         """Whether the guard's ValidatingAdmissionPolicyBinding exists; report
         opted-in namespaces whose guard is opted out, and count unproven edges."""
         try:
-            exists = await self.kube.binding_exists(GUARD_BINDING, timeout=10)
+            exists = await self.kube.binding_exists(BINDING_NAME, timeout=10)
         except (KubeError, TimeoutError) as exc:
             self._once(
                 ("guard-binding",),
                 "cannot read the provenance guard's binding: no namespace counts as guarded",
-                binding=GUARD_BINDING,
+                binding=BINDING_NAME,
                 error=str(exc)[:300],
             )
             exists = False
         if exists != self.state.binding_exists:
             log.info(
                 "provenance guard binding " + ("found" if exists else "absent"),
-                extra={"binding": GUARD_BINDING},
+                extra={"binding": BINDING_NAME},
             )
         self._dirty(self.state.set_binding(exists))
         disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]

@@ -29,23 +29,9 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aibom_core.walk import MAX_DEPTH_LIMIT
-from aibom_edge import logs
+from aibom_edge import logs, options
 from aibom_edge.kube import Kube, KubeError
-from aibom_edge.options import (
-    UsageError,
-    add_cluster_options,
-    add_core_options,
-    add_log_options,
-    add_provenance_key_option,
-    add_seconds,
-    flags_in_bounds,
-    keys_of,
-    provenance_key_of,
-    registry_of,
-    tool_version,
-)
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE, MAX_WATCH_TIMEOUT
-from annotator.cache import DEFAULT_OPT_IN_LABEL, parse_label
 from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
 from annotator.lease import ElectionConfig
@@ -65,12 +51,9 @@ def _default_identity() -> str:
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     api = p.add_argument_group("cluster")
-    add_cluster_options(api)
-    api.add_argument(
-        "--namespace-label",
-        default=f"{DEFAULT_OPT_IN_LABEL}=true",
-        metavar="KEY=VALUE",
-        help="namespaces carrying this label get documents (default: %(default)s)",
+    options.add_cluster_options(api)
+    options.add_namespace_label_option(
+        api, help_text="namespaces carrying this label get documents"
     )
 
     lead = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
@@ -98,7 +81,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="this replica's holder identity (default: $POD_NAME, else host-pid)",
     )
-    add_seconds(
+    options.add_seconds(
         lead,
         "--lease-duration",
         15,
@@ -106,13 +89,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         " --renew-deadline)",
         whole=True,
     )
-    add_seconds(
+    options.add_seconds(
         lead,
         "--renew-deadline",
         10.0,
         "the leader steps down after failing to renew this long (less than --lease-duration)",
     )
-    add_seconds(
+    options.add_seconds(
         lead, "--retry-period", 2.0, "between Lease reads/renewals (less than --renew-deadline)"
     )
 
@@ -162,20 +145,20 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="burst of --stamp-qps (default: 50)",
     )
-    add_seconds(
+    options.add_seconds(
         work,
         "--stamp-settle",
         2.0,
         "from an object's change to the judging of its stamp, so the cache can catch up with what "
         "the webhook saw live",
     )
-    add_seconds(
+    options.add_seconds(
         work,
         "--rediscovery-interval",
         30.0,
         "between API discovery runs: CRDs installed later are watched without a restart",
     )
-    add_seconds(
+    options.add_seconds(
         work,
         "--sync-timeout",
         30.0,
@@ -201,10 +184,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "%(default)s, the API server's 1 MiB limit and the most allowed; lower it to test "
         f"or to leave room, down to {MIN_DOCUMENT_BYTES})",
     )
-    add_seconds(
+    options.add_seconds(
         work, "--watch-timeout", 300, "server-side watch timeout before a resume", whole=True
     )
-    add_seconds(
+    options.add_seconds(
         work,
         "--watch-idle-timeout",
         90.0,
@@ -243,9 +226,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="port of /healthz and /readyz (default: 8081; may equal --metrics-port)",
     )
-    add_log_options(ops)
+    options.add_log_options(ops)
     prov = p.add_argument_group("provenance (which controller references count)")
-    add_provenance_key_option(
+    options.add_provenance_key_option(
         prov,
         help_text="the webhook's edge-proof key (the same file; base64 text as `aibom-rollup "
         "certs` writes provenance.key). Outside guarded namespaces only edges whose "
@@ -259,7 +242,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "Documents then carry no aibom.provenance.guarded property (nothing was checked)",
     )
     configure_signing(p)
-    add_core_options(p)
+    options.add_core_options(p)
 
 
 # A document cut to no components still carries its root and the truncation
@@ -312,20 +295,16 @@ class Limits(BaseModel):
 
 
 def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | None]:
-    flags_in_bounds(Limits, args)
-    try:
-        label = parse_label(args.namespace_label)
-    except ValueError as exc:
-        raise UsageError(f"--namespace-label: {exc}") from None
+    options.flags_in_bounds(Limits, args)
     try:
         signing = signing_of(args)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise options.UsageError(str(exc)) from None
     settings = Settings(
-        registry=registry_of(args),
-        tool_version=tool_version(),
-        keys=keys_of(args),
-        namespace_label=label,
+        registry=options.registry_of(args),
+        tool_version=options.tool_version(),
+        keys=options.keys_of(args),
+        namespace_label=options.namespace_label_of(args),
         max_depth=int(args.max_depth),
         workers=args.workers,
         page_size=args.page_size,
@@ -340,7 +319,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         size_limit=args.max_document_bytes,
         sync_timeout=args.sync_timeout,
         watch_idle_timeout=args.watch_idle_timeout,
-        provenance_key=provenance_key_of(args),
+        provenance_key=options.provenance_key_of(args),
         trust_owner_references=args.trust_owner_references,
         signing=signing,
     )
@@ -363,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_main(args, settings, election))
     except KubeError as exc:
-        raise UsageError(str(exc)) from None
+        raise options.UsageError(str(exc)) from None
 
 
 async def _main(

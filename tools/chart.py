@@ -41,6 +41,8 @@ from typing import Any
 
 import yaml
 
+from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE
+
 Doc = dict[str, Any]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,8 +58,6 @@ CHART_VERSION = "0.1.0"
 # What the base says, and so what the templates replace (each is a value below).
 NAMESPACE = "aibom-system"
 PREFIX = "aibom.dev/"
-OPT_IN_LABEL = "aibom.dev/enabled"
-OPT_IN_VALUE = "true"
 IMAGE_REPOSITORY = "aibom-rollup"
 TLS_SECRET = "aibom-rollup-webhook-tls"
 # Secrets the chart knows how to make when the base makes them from files

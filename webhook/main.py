@@ -23,23 +23,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from aibom_core.guard import BINDING_NAME
 from aibom_core.kinds import KindRegistry
+from aibom_core.opt_in import DEFAULT_OPT_IN, OPT_OUT_LABEL, OPT_OUT_VALUE
 from aibom_core.stamp import Keys
 from aibom_core.walk import MAX_DEPTH_LIMIT
-from aibom_edge import logs
+from aibom_edge import logs, options
 from aibom_edge.heap import pin_malloc_thresholds
-from aibom_edge.options import (
-    UsageError,
-    add_cluster_options,
-    add_core_options,
-    add_log_options,
-    add_provenance_key_option,
-    add_seconds,
-    flags_in_bounds,
-    keys_of,
-    provenance_key_of,
-    registry_of,
-)
 from aibom_edge.reflector import MAX_WATCH_TIMEOUT
 from webhook.app import Admitter, Readiness, make_app
 from webhook.auth import AuthError, CallerAuth
@@ -100,24 +90,24 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="authenticate the caller: /mutate answers only requests with "
         "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
     )
-    add_seconds(
+    options.add_seconds(
         tls,
         "--cert-check-interval",
         DEFAULT_CHECK_INTERVAL,
         "how often to look for rotated certificate files, served without a restart",
     )
-    add_seconds(
+    options.add_seconds(
         tls, "--shutdown-grace", 20.0, "on SIGTERM, how long reviews in flight may take to finish"
     )
     limits = p.add_argument_group("connection limits (slow or too many clients)")
-    add_seconds(
+    options.add_seconds(
         limits,
         "--header-timeout",
         DEFAULT_HEADER_TIMEOUT,
         "the TLS handshake and each request's head must arrive within this, or the connection is "
         "closed",
     )
-    add_seconds(
+    options.add_seconds(
         limits,
         "--body-timeout",
         DEFAULT_BODY_TIMEOUT,
@@ -131,16 +121,16 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="open connections at most; a new one evicts the one waiting longest for request "
         f"data (default {DEFAULT_MAX_CONNECTIONS})",
     )
-    add_cluster_options(p.add_argument_group("Kubernetes API"))
+    options.add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
-    add_seconds(
+    options.add_seconds(
         walk,
         "--walk-deadline",
         DEFAULT_DEADLINE,
         "the whole owner walk's budget; keep it below the webhook configuration's timeoutSeconds "
         "(hops still waiting then stamp `unresolved` / Timeout)",
     )
-    add_seconds(
+    options.add_seconds(
         walk,
         "--owner-cache-ttl",
         DEFAULT_CACHE_TTL,
@@ -155,14 +145,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "before the TTL cache and GETs; /readyz waits until it has synced. Needs "
         "list/watch on those kinds (manifests/webhook/rbac.yaml). Default: on",
     )
-    add_seconds(
+    options.add_seconds(
         walk,
         "--owner-watch-timeout",
         DEFAULT_WATCH_TIMEOUT,
         "the API server ends each owner watch after this long and it is resumed from where it was",
         whole=True,
     )
-    add_seconds(
+    options.add_seconds(
         walk,
         "--owner-watch-sync-timeout",
         DEFAULT_SYNC_TIMEOUT,
@@ -177,13 +167,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help=f"owners kept at most, least recently used go first (default {DEFAULT_CACHE_SIZE})",
     )
     prov = p.add_argument_group("provenance (who may set a controller reference)")
-    add_provenance_key_option(
+    options.add_provenance_key_option(
         prov,
         help_text="key of the aibom.dev/edge-proof annotation (base64 text of 32 random bytes, "
         "as `aibom-rollup certs` writes provenance.key; the annotator needs the same "
         "file). Without it edges are still checked and stamped, but no proof is written",
     )
-    add_seconds(
+    options.add_seconds(
         prov,
         "--sar-cache-ttl",
         DEFAULT_SAR_TTL,
@@ -196,16 +186,13 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"verdicts kept at most (default {DEFAULT_SAR_SIZE})",
     )
-    prov.add_argument(
-        "--namespace-label",
-        default="aibom.dev/enabled=true",
-        metavar="KEY=VALUE",
-        help="the opt-in label; with the ValidatingAdmissionPolicyBinding "
-        "aibom-rollup-provenance and no aibom.dev/provenance-guard=disabled label it makes "
-        "a namespace guarded (default aibom.dev/enabled=true)",
+    options.add_namespace_label_option(
+        prov,
+        help_text=f"the opt-in label; with the ValidatingAdmissionPolicyBinding {BINDING_NAME} "
+        f"and no {OPT_OUT_LABEL}={OPT_OUT_VALUE} label it makes a namespace guarded",
     )
-    add_core_options(p)
-    add_log_options(
+    options.add_core_options(p)
+    options.add_log_options(
         p.add_argument_group("logging"),
         formats=("json", "logfmt"),
         level_help="default info: one line per unresolved (kind, reason), debug: one per review",
@@ -234,16 +221,11 @@ class Limits(BaseModel):
 
 
 def run(args: argparse.Namespace) -> int:
-    flags_in_bounds(Limits, args)
-    registry = registry_of(args)
-    keys = keys_of(args)
-    key = provenance_key_of(args)
-    label_key, sep, label_value = args.namespace_label.partition("=")
-    if not label_key.strip():
-        raise UsageError(
-            f"--namespace-label must look like KEY=VALUE, got {args.namespace_label!r}"
-        )
-    opt_in = (label_key.strip(), label_value.strip() if sep else "true")
+    options.flags_in_bounds(Limits, args)
+    registry = options.registry_of(args)
+    keys = options.keys_of(args)
+    key = options.provenance_key_of(args)
+    opt_in = options.namespace_label_of(args)
     logs.configure(level=args.log_level, fmt=args.log_format)
     if pin_malloc_thresholds():
         log.debug("malloc thresholds pinned: large request bodies are unmapped when freed")
@@ -258,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             client_ca_file=args.client_ca_file, token_file=args.client_token_file
         )
     except (CertError, AuthError) as exc:
-        raise UsageError(str(exc)) from None
+        raise options.UsageError(str(exc)) from None
     return asyncio.run(
         _main(
             args,
@@ -290,7 +272,7 @@ async def _main(
                 Kube.from_kubeconfig(args.kubeconfig, context=args.context)
             )
         except KubeError as exc:
-            raise UsageError(str(exc)) from None
+            raise options.UsageError(str(exc)) from None
         metrics = Metrics()
         owner_watch = None
         if args.owner_watch:
@@ -372,7 +354,7 @@ class Server:
         provenance_source: ProvenanceSource | None = None,
         provenance_key: bytes | None = None,
         sar_cache: SarCache | None = None,
-        opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
+        opt_in: tuple[str, str] = DEFAULT_OPT_IN,
         owner_watch: OwnerWatch | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()

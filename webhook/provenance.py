@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from aibom_core.guard import BINDING_NAME
 from aibom_core.objects import (
     Obj,
     ObjRef,
@@ -40,6 +41,7 @@ from aibom_core.objects import (
     metadata,
     ref_of,
 )
+from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import proof_for, read_proof, verify
 from aibom_core.stamp import Keys
 from aibom_core.walk import EdgeTrust, Reason
@@ -47,8 +49,6 @@ from aibom_core.walk import EdgeTrust, Reason
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
 DEFAULT_GUARD_TTL = 10.0
-BINDING_NAME = "aibom-rollup-provenance"
-GUARD_OPT_OUT = ("aibom.dev/provenance-guard", "disabled")
 
 
 class Verdict(StrEnum):
@@ -285,7 +285,7 @@ class GuardCache:
         self,
         reader: NamespaceReader,
         *,
-        opt_in: tuple[str, str] = ("aibom.dev/enabled", "true"),
+        opt_in: tuple[str, str] = DEFAULT_OPT_IN,
         ttl: float = DEFAULT_GUARD_TTL,
         clock: Callable[[], float] = time.monotonic,
         on_get: Callable[[], None] | None = None,
@@ -311,9 +311,7 @@ class GuardCache:
         if entry is None or now - entry[0] >= self.ttl:
             return None
         labels = entry[1]
-        if labels is None or labels.get(self._opt_in[0]) != self._opt_in[1]:
-            return False
-        if labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]:
+        if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
             return False
         if self._binding is None or now - self._binding[0] >= self.ttl:
             return None
@@ -326,9 +324,7 @@ class GuardCache:
         try:
             async with asyncio.timeout(max(timeout, 0.001)):
                 labels = await self._namespace(namespace, timeout)
-                if labels is None or labels.get(self._opt_in[0]) != self._opt_in[1]:
-                    return False
-                if labels.get(GUARD_OPT_OUT[0]) == GUARD_OPT_OUT[1]:
+                if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
                     return False
                 return await self._binding_exists(timeout)
         except Exception:

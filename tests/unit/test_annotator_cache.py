@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from aibom_core.graph import key_of
 from aibom_core.kinds import GroupKind, default_registry, group_kind_of
 from aibom_core.objects import Obj, ref_of
 from aibom_core.walk import Reason
-from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, parse_label
+from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState
 from annotator.keys import RootKey, SweepKey
 from tests.unit.kobj import chain, dynamo_graph, mk
 
@@ -199,23 +197,6 @@ def test_roots_and_drop_kind() -> None:
     d = st.drop_kind(GroupKind("nvidia.com", "DynamoComponentDeployment"))
     assert rk(dep) in d.roots
     assert list(st.keys_of_kind(GroupKind("nvidia.com", "DynamoComponentDeployment"))) == []
-
-
-@pytest.mark.parametrize(
-    ("spec", "want"),
-    [
-        ("aibom.dev/enabled=true", ("aibom.dev/enabled", "true")),
-        ("team", ("team", "true")),
-        ("a=b", ("a", "b")),
-    ],
-)
-def test_parse_label(spec: str, want: tuple[str, str]) -> None:
-    assert parse_label(spec) == want
-
-
-def test_parse_label_rejects_empty_key() -> None:
-    with pytest.raises(ValueError, match="key=value"):
-        parse_label("=x")
 
 
 def test_an_objects_cache_key_is_its_graph_key() -> None:
