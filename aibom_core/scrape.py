@@ -51,7 +51,7 @@ never an exception. Pure.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aibom_core.evidence import Confidence, Source, escape_token
@@ -845,11 +845,7 @@ def _kserve_model_container(
 def _with(decl: ModelDecl, props: tuple[tuple[str, str], ...]) -> ModelDecl:
     if not props:
         return decl
-    return ModelDecl(
-        id=decl.id, revision=decl.revision, confidence=decl.confidence, source=decl.source,
-        pointer=decl.pointer, via=decl.via, reason=decl.reason, detail=decl.detail,
-        properties=decl.properties + props,
-    )  # fmt: skip
+    return replace(decl, properties=decl.properties + props)
 
 
 def _scrape_isvc(obj: Obj, ctx: _Ctx) -> list[Container]:

@@ -120,6 +120,11 @@ class Stamp:
             keys.reason: self.reason,
         }
 
+    def annotations(self, keys: Keys) -> dict[str, str]:
+        """The annotations an object with this stamp carries (`as_annotations` without
+        the keys that must be absent)."""
+        return {k: v for k, v in self.as_annotations(keys).items() if v is not None}
+
 
 def stamp_of(result: WalkResult) -> Stamp:
     """The stamp docs/webhook.md defines for a walk result."""

@@ -182,7 +182,8 @@ def add_seconds(
 
 
 def add_cluster_options(group: argparse._ArgumentGroup) -> None:
-    """--kubeconfig and --context, as the webhook and the annotator read them."""
+    """--kubeconfig and --context, as every command that talks to a cluster reads them
+    (`aibom_edge.kube.Kube.from_kubeconfig`)."""
     group.add_argument(
         "--kubeconfig",
         metavar="FILE",

@@ -495,7 +495,7 @@ def _record(
         "group": ref.group,
         "name": ref.name,
         "uid": ref.uid,
-        "annotations": {k: v for k, v in stamp.as_annotations(keys).items() if v is not None},
+        "annotations": stamp.annotations(keys),
         "root": stamp.root,
         "root-uid": stamp.root_uid,
         "rollup": stamp.rollup,

@@ -40,6 +40,7 @@ from aibom_core.walk import Rollup
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.options import (
     UsageError,
+    add_cluster_options,
     add_core_options,
     command_parser,
     exit_code,
@@ -66,8 +67,7 @@ class NotFound(Exception):
 def _common() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("cluster (as kubectl)")
-    g.add_argument("--kubeconfig", metavar="FILE", help="path to the kubeconfig file")
-    g.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    add_cluster_options(g)
     g.add_argument("-n", "--namespace", metavar="NS", help="the namespace (default: the context's)")
     g.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS")
     g.add_argument(

@@ -79,16 +79,12 @@ def explanation_data(ex: Explanation, keys: Keys) -> dict[str, Any]:
             "root": ex.result.root.kind_name if ex.result.root else None,
             "reason": str(ex.result.failure) if ex.result.failure else None,
         },
-        "expectedStamp": _stamp_data(ex.expected, keys),
+        "expectedStamp": ex.expected.annotations(keys),
         "mirroredFrom": ex.mirrored_from,
-        "carriedStamp": _stamp_data(ex.carried, keys) if ex.carried else None,
+        "carriedStamp": ex.carried.annotations(keys) if ex.carried else None,
         "agrees": ex.agrees,
         "differences": list(ex.differences),
     }
-
-
-def _stamp_data(stamp: Stamp, keys: Keys) -> dict[str, str]:
-    return {k: v for k, v in stamp.as_annotations(keys).items() if v is not None}
 
 
 def _ref_data(ref: ObjRef) -> dict[str, str]:
@@ -172,7 +168,7 @@ _MEANING = {
 
 def _stamp_line(stamp: Stamp, keys: Keys) -> str:
     parts = [
-        f"{k.removeprefix(keys.prefix)}={clean(v)}" for k, v in _stamp_data(stamp, keys).items()
+        f"{k.removeprefix(keys.prefix)}={clean(v)}" for k, v in stamp.annotations(keys).items()
     ]
     return " ".join(parts)
 

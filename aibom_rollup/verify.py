@@ -45,7 +45,7 @@ import yaml
 
 from aibom_core import jsf
 from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
-from aibom_edge.options import UsageError, read_input
+from aibom_edge.options import UsageError, add_cluster_options, read_input
 
 MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=aibom-rollup"
 # A ConfigMap holds at most 1 MiB; its gzip cannot honestly expand past this.
@@ -83,8 +83,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         help="without --key: trust the JWK set published here (default: %(default)s)",
     )
     cluster = p.add_argument_group("cluster")
-    cluster.add_argument("--kubeconfig", metavar="FILE", help="(default: $KUBECONFIG, ~/.kube)")
-    cluster.add_argument("--context", metavar="NAME", help="kubeconfig context (default: current)")
+    add_cluster_options(cluster)
     scope = cluster.add_mutually_exclusive_group()
     scope.add_argument(
         "-n", "--namespace", help="check this namespace (default: the context's namespace)"

@@ -172,7 +172,7 @@ class Builder:
 
     def _stamp(self, obj: Obj, owner: Obj | None) -> None:
         stamp = stamp_of(self.graph.resolve(obj))
-        ann = {k: v for k, v in stamp.as_annotations(KEYS).items() if v is not None}
+        ann = stamp.annotations(KEYS)
         if obj["kind"] == "ReplicaSet" and owner is not None and owner["kind"] == "Deployment":
             # The webhook's (and the annotator's) rule: a ReplicaSet mirrors its Deployment.
             own = owner["metadata"].get("annotations") or {}
