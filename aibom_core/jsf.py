@@ -61,7 +61,13 @@ ES256 = "ES256"
 ALGORITHMS = (ED25519, ES256)
 # Where the public keys are published: a ConfigMap holding a JWK set.
 KEYS_CONFIGMAP = "aibom-signing-keys"
-DEFAULT_KEYS_CONFIGMAP = f"aibom-system/{KEYS_CONFIGMAP}"
+KEYS_NAMESPACE = "aibom-system"  # the shipped manifests' namespace
+DEFAULT_KEYS_CONFIGMAP = f"{KEYS_NAMESPACE}/{KEYS_CONFIGMAP}"
+# Its labels, whoever writes it (the annotator publishing, `aibom-rollup keys`).
+KEYS_CONFIGMAP_LABELS = {
+    "app.kubernetes.io/name": "aibom-rollup",
+    "app.kubernetes.io/component": "signing-keys",
+}
 KEYS_DATA_KEY = "jwks.json"
 # The Secret `aibom-rollup keys new --secret` writes (cert-manager's key name).
 SECRET_KEY = "tls.key"

@@ -39,9 +39,6 @@ from aibom_edge.files import write_atomic
 from aibom_edge.options import UsageError, read_input
 from aibom_rollup.verify import keys_of_text
 
-NAMESPACE = "aibom-system"
-LABELS = {"app.kubernetes.io/name": "aibom-rollup", "app.kubernetes.io/component": "signing-keys"}
-
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -56,7 +53,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     new.add_argument("--kid", help="key id (default: the key's RFC 7638 thumbprint)")
     new.add_argument("--key-file", metavar="FILE", help="write the private key here (PEM, 0600)")
     new.add_argument("--secret", metavar="NAME", help="print a Secret manifest with this name")
-    new.add_argument("-n", "--namespace", default=NAMESPACE, help="(default: %(default)s)")
+    new.add_argument("-n", "--namespace", default=jsf.KEYS_NAMESPACE, help="(default: %(default)s)")
     sign = sub.add_parser("sign", help="sign CycloneDX JSON documents in place")
     sign.add_argument("--key-file", required=True, metavar="FILE", help="PEM private key")
     sign.add_argument("--kid", help="key id (default: the key's RFC 7638 thumbprint)")
@@ -69,7 +66,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "--name", help=f"(default: the --from ConfigMap's, else {jsf.KEYS_CONFIGMAP})"
     )
     jwks.add_argument(
-        "-n", "--namespace", help=f"(default: the --from ConfigMap's, else {NAMESPACE})"
+        "-n", "--namespace", help=f"(default: the --from ConfigMap's, else {jsf.KEYS_NAMESPACE})"
     )
 
 
@@ -81,7 +78,7 @@ def secret_manifest(key: jsf.SigningKey, *, name: str, namespace: str) -> dict[s
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+        "metadata": {"name": name, "namespace": namespace, "labels": jsf.KEYS_CONFIGMAP_LABELS},
         "type": "Opaque",
         "data": {
             jsf.SECRET_KEY: _b64(jsf.private_pem(key.private)),
@@ -95,7 +92,11 @@ def keys_configmap(
 ) -> dict[str, Any]:
     """The JWK set ConfigMap; with the resourceVersion read, `kubectl replace` fails
     (409) instead of dropping a key the annotator published meanwhile."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": LABELS}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": jsf.KEYS_CONFIGMAP_LABELS,
+    }
     if resource_version:
         meta["resourceVersion"] = resource_version
     return {
@@ -176,7 +177,7 @@ def _jwks(args: argparse.Namespace) -> int:
     cm = keys_configmap(
         keys,
         name=args.name or str(meta.get("name") or jsf.KEYS_CONFIGMAP),
-        namespace=args.namespace or str(meta.get("namespace") or NAMESPACE),
+        namespace=args.namespace or str(meta.get("namespace") or jsf.KEYS_NAMESPACE),
         resource_version=str(meta.get("resourceVersion") or "") or None,
     )
     json.dump(cm, sys.stdout, indent=2)

@@ -44,10 +44,9 @@ from typing import Any
 import yaml
 
 from aibom_core import jsf
-from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
+from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ, MANAGED_SELECTOR
 from aibom_edge.options import UsageError, add_cluster_options, read_input
 
-MANAGED_BY_SELECTOR = "app.kubernetes.io/managed-by=aibom-rollup"
 # A ConfigMap holds at most 1 MiB; its gzip cannot honestly expand past this.
 MAX_DOCUMENT_BYTES = 64 << 20
 
@@ -282,7 +281,7 @@ async def _from_cluster(
                     )
                     scope = f"namespace {ns}"
                     path = f"/api/v1/namespaces/{ns}/configmaps"
-                cms = await _list(kube, path, MANAGED_BY_SELECTOR)
+                cms = await _list(kube, path, MANAGED_SELECTOR)
             return cms, keys, scope
     except (KubeError, TimeoutError, OSError) as exc:
         raise UsageError(f"cannot reach the cluster: {str(exc) or type(exc).__name__}") from None

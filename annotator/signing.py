@@ -31,13 +31,12 @@ from typing import Any
 
 from aibom_core import jsf
 from aibom_edge.kube import Kube
+from annotator.configmap import FIELD_MANAGER
 from annotator.writer import WriteError
 
 log = logging.getLogger("annotator")
 
 MERGE = "application/merge-patch+json"
-LABELS = {"app.kubernetes.io/name": "aibom-rollup", "app.kubernetes.io/component": "signing-keys"}
-FIELD_MANAGER = "aibom-rollup-annotator"
 KEY_RECHECK = 5.0
 
 
@@ -103,7 +102,11 @@ async def publish(kube: Kube, key: jsf.SigningKey, namespace: str, name: str) ->
             body = {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": jsf.KEYS_CONFIGMAP_LABELS,
+                },
                 "data": {jsf.KEYS_DATA_KEY: jsf.KeySet.of([key.jwk]).to_json()},
             }
             resp = await kube.request(
@@ -193,7 +196,7 @@ def signing_of(args: argparse.Namespace) -> Signing | None:
     key = load_key(path, kid)
     where = getattr(args, "keys_configmap", None)
     if where is None:
-        ns = os.environ.get("POD_NAMESPACE") or jsf.DEFAULT_KEYS_CONFIGMAP.split("/")[0]
+        ns = os.environ.get("POD_NAMESPACE") or jsf.KEYS_NAMESPACE
         where = f"{ns}/{jsf.KEYS_CONFIGMAP}"
     if not where:
         return Signing(key, None, path, kid)
