@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +103,33 @@ def test_fault_flags_reach_the_settings() -> None:
         settings_of(parse("--api-retries=-1"))
     with pytest.raises(UsageError, match="--renew-deadline"):
         settings_of(parse("--renew-deadline=20"))
+
+
+def test_a_runtime_failure_exits_1_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """Exit 1 on a runtime failure (docs/annotator.md): here its metrics port is taken."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = [sys.executable, "-m", "aibom_rollup", "annotator", "--kubeconfig", str(config)]
+        args += ["--no-leader-elect", "--bind-address", "127.0.0.1", "--metrics-port", str(port)]
+        args += ["--health-port", "0", "--log-format", "logfmt"]
+        out = subprocess.run(args, check=False, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    errors = [line for line in out.stderr.splitlines() if "level=error" in line]
+    assert len(errors) == 1, out.stderr
+    assert "cannot serve the metrics/health endpoints" in errors[0]

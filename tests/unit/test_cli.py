@@ -410,6 +410,20 @@ def test_scan_summary_is_indented_utf8_json(
     assert out == json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+def test_tree_json_is_indented_utf8_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The API server allows only DNS names; a dump may carry any text, and the
+    # record must say it as it is.
+    dump = _write(tmp_path / "d.json", [*_objs(), mk("Pod", "pöd-ü")])
+    assert main(["tree", str(dump), "-o", "json"]) == 0
+    out = capsys.readouterr().out
+    assert "pöd-ü" in out  # UTF-8, not \u escapes
+    data = json.loads(out)
+    assert [r["rollup"] for r in data if r["name"] == "pöd-ü"] == ["uncovered"]
+    assert out == json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
 def test_scan_into_its_last_dir_rewrites_only_what_changed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

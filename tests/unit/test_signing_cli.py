@@ -134,6 +134,17 @@ def test_verify_statuses_and_exit_codes(
     assert "1 document(s): 1 valid" in err
     # The private key file is trusted too (its public half).
     assert run(["verify", "--key", str(pem), str(good)], capsys)[0] == 0
+    # A PEM has no kid: it vouches for its own signatures whatever keyId they carry,
+    # and for no one else's.
+    other_kid = tmp_path / "other-kid.json"
+    other_kid.write_bytes(jsf.sign_bytes(jsf.dumps(DOC), load_key(str(pem), "k7")))
+    code, out, _ = run(["verify", "--key", str(pem), str(other_kid)], capsys)
+    assert (code, out.split()[0]) == (0, "valid"), out
+    assert run(["verify", "--key", str(jwk), str(other_kid)], capsys)[0] == 3
+    stranger = tmp_path / "stranger.pem"
+    assert run(["keys", "new", "--kid", "k1", "--key-file", str(stranger)], capsys)[0] == 0
+    code, out, _ = run(["verify", "--key", str(stranger), str(good)], capsys)
+    assert (code, out.split()[0]) == (3, "unknown-key"), out
 
     edited = json.loads(good.read_bytes())
     edited["components"][0]["name"] = "evil"
