@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from aibom_edge import kube as kube_module
 from aibom_edge.kube import Kube, KubeError, _load_credentials
@@ -230,3 +231,58 @@ def test_a_refused_oidc_refresh_at_start_is_a_clear_error(tmp_path: Path, idp: F
         _load_credentials(str(oidc_kubeconfig(tmp_path, idp, expired, refresh)), None)
     assert "cannot get Kubernetes credentials: InvalidGrantError" in str(err.value)
     assert "refresh token revoked" in str(err.value)
+
+
+@pytest.mark.parametrize("answers", [(401, 200), (401, 401, 200)])
+async def test_after_a_401_the_token_is_refreshed_and_the_request_retried_once(
+    tmp_path: Path, answers: tuple[int, ...]
+) -> None:
+    """docs/annotator.md: after a 401 the client forces a refresh and retries once."""
+    counter = tmp_path / "n"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, os, sys\n"
+        f"p = {str(counter)!r}\n"
+        "n = int(open(p).read()) + 1 if os.path.exists(p) else 1\n"
+        "open(p, 'w').write(str(n))\n"
+        "json.dump({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        " 'status': {'token': f'tok-{n}', 'expirationTimestamp': '2999-01-01T00:00:00Z'}},"
+        " sys.stdout)\n"
+    )
+    seen: list[str] = []
+    statuses = iter(answers)
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        status = next(statuses)
+        return web.json_response({"kind": "Status", "code": status}, status=status)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/x", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        path = kubeconfig(
+            tmp_path,
+            {"server": f"http://127.0.0.1:{port}"},
+            {
+                "exec": {
+                    "apiVersion": "client.authentication.k8s.io/v1",
+                    "command": sys.executable,
+                    "args": [str(plugin)],
+                    "interactiveMode": "Never",
+                }
+            },
+        )
+        async with Kube(_load_credentials(str(path), None)) as kube:
+            runs = int(counter.read_text())
+            resp = await kube.request("GET", "/api/v1/namespaces/x")
+    finally:
+        await runner.cleanup()
+    # One retry, with the token of one forced refresh; a second 401 is the answer.
+    assert resp.status == answers[1]
+    assert seen == [f"Bearer tok-{runs}", f"Bearer tok-{runs + 1}"]
+    assert int(counter.read_text()) == runs + 1
