@@ -1,4 +1,5 @@
-"""The tests wait for events, never for fixed sleeps (DEVELOPERS.md).
+"""House rules a reader relies on: the tests wait for events, never for fixed sleeps
+(DEVELOPERS.md), and every reference in code and docs leads somewhere.
 
 A sleep whose length is a number written in the test (`time.sleep(0.5)`,
 `await asyncio.sleep(2)`) outside a loop is a guess: it makes a test slow, or
@@ -10,6 +11,8 @@ one of a configured length (a fake API server's `self.delay`) is not one.
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -68,3 +71,57 @@ def test_no_test_waits_on_a_fixed_sleep() -> None:
         for line, call in fixed_sleeps(path.read_text(encoding="utf-8"))
     }
     assert not found, "wait for the event instead:\n" + "\n".join(sorted(found))
+
+
+# -- references a reader can follow ------------------------------------------------------
+
+REPO = TESTS.parent
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_DOC = re.compile(r"(?<![\w/])docs/[A-Za-z0-9_-]+\.md")
+# What a newcomer cannot open: the team's notes outside this repository, design
+# numbers and issue numbers.
+_UNREACHABLE = re.compile(r"\bARCHITECTURE\.md\b|\b[Dd]esign[ /-]?0\d\d\b|\b[Ii]ssue #?\d+")
+
+
+def _tracked(*suffixes: str) -> list[Path]:
+    out = subprocess.run(
+        ["git", "ls-files", *(f"*{s}" for s in suffixes)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [REPO / p for p in out if not p.startswith("tests/upstream/")]
+
+
+def dangling(path: Path, text: str) -> list[str]:
+    """Links of a Markdown file, and docs/*.md names anywhere, that lead nowhere; and
+    references to what is not in the repository."""
+    found = [m.group(0) for m in _UNREACHABLE.finditer(text)]
+    found += [d for d in _DOC.findall(text) if not (REPO / d).is_file()]
+    if path.suffix == ".md":
+        for target in _LINK.findall(text):
+            file = target.split("#", 1)[0]
+            if file and not re.match(r"[a-z]+:", file) and not (path.parent / file).exists():
+                found.append(target)
+    return found
+
+
+def test_the_rule_finds_what_leads_nowhere() -> None:
+    readme = REPO / "README.md"
+    text = "see [a](docs/architecture.md), [b](docs/gone.md#x), [c](https://x.io), design 005"
+    assert dangling(readme, text) == ["design 005", "docs/gone.md", "docs/gone.md#x"]
+    assert dangling(REPO / "x.py", "# docs/webhook.md and docs/nope.md, issue #12") == [
+        "issue #12",
+        "docs/nope.md",
+    ]
+
+
+def test_every_reference_in_code_and_docs_leads_somewhere() -> None:
+    found = [
+        f"{path.relative_to(REPO)}: {ref}"
+        for path in _tracked(".py", ".md", ".yaml", ".toml", "Makefile", "Dockerfile")
+        if path != Path(__file__)  # its samples lead nowhere
+        for ref in dangling(path, path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "\n".join(found)
