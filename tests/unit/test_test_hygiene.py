@@ -1,5 +1,6 @@
 """House rules a reader relies on: the tests wait for events, never for fixed sleeps
-(DEVELOPERS.md), and every reference in code and docs leads somewhere.
+(DEVELOPERS.md), every reference in code and docs leads somewhere, and every
+declared dependency is used.
 
 A sleep whose length is a number written in the test (`time.sleep(0.5)`,
 `await asyncio.sleep(2)`) outside a loop is a guess: it makes a test slow, or
@@ -11,8 +12,10 @@ one of a configured length (a fake API server's `self.delay`) is not one.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -125,3 +128,49 @@ def test_every_reference_in_code_and_docs_leads_somewhere() -> None:
         for ref in dangling(path, path.read_text(encoding="utf-8"))
     ]
     assert not found, "\n".join(found)
+
+
+# -- every declared dependency is used ----------------------------------------------------
+
+PACKAGES = ("aibom_core", "aibom_edge", "aibom_rollup", "webhook", "annotator", "certs")
+
+
+def imported_distributions(sources: list[str]) -> set[str]:
+    """The installed distributions (normalised names) whose modules these sources import."""
+    owners = importlib.metadata.packages_distributions()
+    out: set[str] = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                out.update(_norm(d) for d in owners.get(name.split(".")[0], ()))
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared() -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return [_norm(re.split(r"[\[<>=!~ ;]", d, maxsplit=1)[0]) for d in project["dependencies"]]
+
+
+def test_the_rule_maps_imports_to_distributions() -> None:
+    used = imported_distributions(["import yaml\nfrom packageurl import PackageURL\nimport os\n"])
+    assert used == {"pyyaml", "packageurl-python"}
+
+
+def test_every_declared_dependency_is_imported_by_the_product() -> None:
+    sources = [
+        path.read_text(encoding="utf-8")
+        for package in PACKAGES
+        for path in sorted((REPO / package).rglob("*.py"))
+    ]
+    unused = set(_declared()) - imported_distributions(sources)
+    assert not unused, f"declared in pyproject.toml, imported by no product module: {unused}"
