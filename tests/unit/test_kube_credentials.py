@@ -60,7 +60,9 @@ def test_tls_server_name_and_proxy_url_reach_the_connection(tmp_path: Path) -> N
     }
 
 
-def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path) -> None:
+def counting_exec_plugin(tmp_path: Path, *, expires: str) -> tuple[Path, dict[str, object]]:
+    """An exec credential plugin whose n-th run issues `tok-<n>` expiring at `expires` (n
+    kept in the file returned), and the kubeconfig user that runs it."""
     counter = tmp_path / "n"
     plugin = tmp_path / "plugin.py"
     plugin.write_text(
@@ -69,20 +71,19 @@ def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path)
         "n = int(open(p).read()) + 1 if os.path.exists(p) else 1\n"
         "open(p, 'w').write(str(n))\n"
         "json.dump({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
-        " 'status': {'token': f'tok-{n}', 'expirationTimestamp': '2000-01-01T00:00:00Z'}},"
+        f" 'status': {{'token': f'tok-{{n}}', 'expirationTimestamp': {expires!r}}}}},"
         " sys.stdout)\n"
     )
+    command = {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable}
+    return counter, {"exec": {**command, "args": [str(plugin)], "interactiveMode": "Never"}}
+
+
+def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path) -> None:
+    counter, user = counting_exec_plugin(tmp_path, expires="2000-01-01T00:00:00Z")
     path = kubeconfig(
         tmp_path,
         {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True},
-        {
-            "exec": {
-                "apiVersion": "client.authentication.k8s.io/v1",
-                "command": sys.executable,
-                "args": [str(plugin)],
-                "interactiveMode": "Never",
-            }
-        },
+        user,
     )
     creds = _load_credentials(str(path), None)
     runs = int(counter.read_text())
@@ -238,17 +239,7 @@ async def test_after_a_401_the_token_is_refreshed_and_the_request_retried_once(
     tmp_path: Path, answers: tuple[int, ...]
 ) -> None:
     """docs/annotator.md: after a 401 the client forces a refresh and retries once."""
-    counter = tmp_path / "n"
-    plugin = tmp_path / "plugin.py"
-    plugin.write_text(
-        "import json, os, sys\n"
-        f"p = {str(counter)!r}\n"
-        "n = int(open(p).read()) + 1 if os.path.exists(p) else 1\n"
-        "open(p, 'w').write(str(n))\n"
-        "json.dump({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
-        " 'status': {'token': f'tok-{n}', 'expirationTimestamp': '2999-01-01T00:00:00Z'}},"
-        " sys.stdout)\n"
-    )
+    counter, user = counting_exec_plugin(tmp_path, expires="2999-01-01T00:00:00Z")
     seen: list[str] = []
     statuses = iter(answers)
 
@@ -268,14 +259,7 @@ async def test_after_a_401_the_token_is_refreshed_and_the_request_retried_once(
         path = kubeconfig(
             tmp_path,
             {"server": f"http://127.0.0.1:{port}"},
-            {
-                "exec": {
-                    "apiVersion": "client.authentication.k8s.io/v1",
-                    "command": sys.executable,
-                    "args": [str(plugin)],
-                    "interactiveMode": "Never",
-                }
-            },
+            user,
         )
         async with Kube(_load_credentials(str(path), None)) as kube:
             runs = int(counter.read_text())
