@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aibom_core.kinds import GroupKind
+from aibom_core.kinds import GroupKind, default_registry, group_kind_of
 from aibom_core.objects import Obj
 from aibom_edge.kube import ApiResource, KubeResponse
 from annotator.controller import Controller
@@ -28,7 +28,6 @@ from annotator.workqueue import TokenBucket
 from annotator.writer import APPLY, MERGE, Writer
 
 CONFIGMAPS = "/api/v1/namespaces/{ns}/configmaps"
-DEPLOYMENTS = ApiResource("apps", "v1", "Deployment", "deployments", namespaced=True)
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,14 @@ class Call:
 
 
 class Discovery:
-    def __init__(self, *resources: ApiResource) -> None:
-        self.by_gk = {GroupKind(r.group, r.kind): r for r in resources}
+    """Every kind of the default registry, as served resources."""
+
+    def __init__(self) -> None:
+        reg = default_registry()
+        self.by_gk = {
+            gk: ApiResource(gk.group, "v1", gk.kind, reg.resource_of(gk), namespaced=True)
+            for gk in reg.tracked | reg.walk_only
+        }
 
     def cached(self, gk: GroupKind) -> ApiResource | None:
         return self.by_gk.get(gk)
@@ -56,7 +61,7 @@ class RecordingApi:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.requests: Counter[str] = Counter()  # Kube's counter, read by the metrics
-        self.discovery = Discovery(DEPLOYMENTS)
+        self.discovery = Discovery()
         self.configmaps: dict[tuple[str, str], Obj] = {}
         self.objects: dict[str, tuple[str, str]] = {}  # path -> (uid, resourceVersion)
         # Called with each request before it is answered (another writer, a check).
@@ -76,6 +81,18 @@ class RecordingApi:
         stored["metadata"].update(uid=uid, resourceVersion=str(next(self._rv)))
         self.configmaps[key] = stored
         return copy.deepcopy(stored)
+
+    def serve(self, obj: Obj) -> None:
+        """Hold `obj` as it is (the version the annotator's cache has): a ConfigMap, or a
+        workload (known by its UID and resourceVersion, for stamp patches)."""
+        meta = obj["metadata"]
+        if obj.get("kind") == "ConfigMap":
+            self.configmaps[meta["namespace"], meta["name"]] = copy.deepcopy(obj)
+            return
+        resource = self.discovery.cached(group_kind_of(obj))
+        assert resource is not None, obj.get("kind")
+        path = resource.path(meta["namespace"], meta["name"])
+        self.objects[path] = (meta["uid"], meta.get("resourceVersion") or "1")
 
     def configmap(self, namespace: str, name: str) -> Obj | None:
         return self.configmaps.get((namespace, name))

@@ -162,7 +162,7 @@ async def test_a_key_is_published_before_the_first_document_signed_with_it() -> 
     write_through(c, api)
     child = c.state.configmap("ns", "aibom-statefulset-l")
     assert child is not None
-    api.configmaps["ns", "aibom-statefulset-l"] = copy.deepcopy(child)
+    api.serve(child)
     seen = verified_applies(api)
     k1, k2 = new_key("k1"), new_key("k2")
     c.signing = Signing(k1, (NS, NAME))
