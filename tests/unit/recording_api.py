@@ -102,17 +102,9 @@ class RecordingApi:
 
     # -- Kube's request() ----------------------------------------------------------
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        json: Any = None,
-        content_type: str | None = None,
-        **_: Any,
-    ) -> KubeResponse:
-        call = Call(method, path, dict(params or {}), copy.deepcopy(json), content_type)
+    async def request(self, method: str, path: str, **kw: Any) -> KubeResponse:
+        params, body = dict(kw.get("params") or {}), copy.deepcopy(kw.get("json"))
+        call = Call(method, path, params, body, kw.get("content_type"))
         self.calls.append(call)
         self.requests[method] += 1
         if self.before is not None:
