@@ -781,11 +781,13 @@ class Controller:
                 rotated = await asyncio.to_thread(current.reload)
             except ValueError as exc:
                 self._once(
-                    ("signing-key-unreadable", str(exc)),
+                    ("signing-key-unreadable",),
                     "cannot read the signing key file; still signing with the previous key",
                     error=str(exc),
                 )
                 continue
+            # Readable again: a later failure is news, logged again (once).
+            self._logged.discard(("signing-key-unreadable",))
             if rotated is None:
                 continue
             log.info(
