@@ -492,6 +492,34 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     assert len(api.reviews) == reviews + 1  # no review for the UPDATE
 
 
+@pytest.mark.parametrize("key", [KEY, None], ids=["key", "no-key"])
+async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unproven(
+    key: bytes | None,
+) -> None:
+    """The Pod's own edge was proven at CREATE; only the hop above was not (the
+    binding GET failed: not guarded). Its stamp then says `unproven`, naming that
+    hop. An UPDATE keeping the reference carries the own edge as proven, with a
+    key (its proof) and without one (the stamp's reason names another hop), so
+    once the namespace reads as guarded the Pod rolls up, with no new review."""
+    dep, rs = _unproven_above()
+    api = FakeApi({CONTROLLER.username}, guarded=True)
+    api.binding_fail = RuntimeError("503 Service Unavailable")
+    adm = _admitter(api, MemorySource([dep, rs]), key=key)
+    pod = await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username)
+    ann = pod["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == (
+        "unproven",
+        "Unproven apps/Deployment/d",
+    )
+    api.binding_fail = None
+    reviews = len(api.reviews)
+    relabelled = json.loads(json.dumps(pod))
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    out = await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
+    assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    assert len(api.reviews) == reviews
+
+
 @pytest.mark.parametrize("annotations", [None, {"other": "x"}])
 async def test_proof_patch_applies_with_or_without_an_annotation_map(
     annotations: dict[str, str] | None,
