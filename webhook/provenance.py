@@ -38,13 +38,14 @@ from aibom_core.objects import (
     OwnerRef,
     annotations_of,
     controller_ref,
+    hop_of,
     metadata,
     ref_of,
 )
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import proof_for, read_proof, verify
 from aibom_core.stamp import Keys
-from aibom_core.walk import EdgeTrust, Reason
+from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Reason
 
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
@@ -466,9 +467,19 @@ class Provenance:
             return None if ok else Reason.UNPROVEN
         # No key: the stamp the webhook gave at admission is the only record
         # (a stamp written while the webhook was down is taken at its word:
-        # run with a key).
-        rollup = annotations_of(old_obj).get(self.keys.rollup)
-        return None if rollup is not None and rollup != "unproven" else Reason.UNPROVEN
+        # run with a key). `unproven` whose reason names a hop above this edge
+        # (`Unproven <group>/<Kind>/<name>` of another owner) leaves this edge
+        # proven, as its proof would with a key.
+        ann = annotations_of(old_obj)
+        rollup = ann.get(self.keys.rollup)
+        if rollup is None:
+            return Reason.UNPROVEN
+        if rollup != "unproven":
+            return None
+        word, _, hop = ann.get(self.keys.reason, "").partition(" ")
+        gk = owner.group_kind
+        above = word in UNPROVEN_REASONS and hop not in ("", hop_of(gk.group, gk.kind, owner.name))
+        return None if above else Reason.UNPROVEN
 
 
 def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:

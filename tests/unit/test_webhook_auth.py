@@ -24,7 +24,9 @@ from webhook.tls import CertReloader
 JSON = {"Content-Type": "application/json"}
 
 
-async def _serve(tmp_path: Path, *, cert: bool, token: bool) -> AsyncIterator[tuple[int, Path]]:
+async def _serve(
+    tmp_path: Path, *, cert: bool, token: bool
+) -> AsyncIterator[tuple[int, Path, Server]]:
     serving_files(tmp_path)
     caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=True)
     client_ca = str(caller.client_ca_file) if cert else None
@@ -46,7 +48,7 @@ async def _serve(tmp_path: Path, *, cert: bool, token: bool) -> AsyncIterator[tu
     serving = asyncio.create_task(server.serve_until_stopped())
     try:
         assert server.port is not None
-        yield server.port, tmp_path
+        yield server.port, tmp_path, server
     finally:
         server.request_stop("test")
         await asyncio.wait_for(serving, 10)
@@ -87,7 +89,7 @@ async def _get(port: int, ctx: ssl.SSLContext, path: str) -> int:
 
 
 async def test_client_certificate_required(tmp_path: Path) -> None:
-    async for port, d in _serve(tmp_path, cert=True, token=False):
+    async for port, d, _ in _serve(tmp_path, cert=True, token=False):
         status, text = await _post(port, _ctx(d, "apiserver"))
         assert status == 200 and '"uid":"u1"' in text
         # No certificate: the connection is made (probes), /mutate refuses.
@@ -100,7 +102,7 @@ async def test_client_certificate_required(tmp_path: Path) -> None:
 
 
 async def test_bearer_token_required(tmp_path: Path) -> None:
-    async for port, d in _serve(tmp_path, cert=False, token=True):
+    async for port, d, _ in _serve(tmp_path, cert=False, token=True):
         token = (d / "caller" / "token").read_text()
         status, _ = await _post(port, _ctx(d, None), {"Authorization": f"Bearer {token}"})
         assert status == 200
@@ -110,12 +112,32 @@ async def test_bearer_token_required(tmp_path: Path) -> None:
 
 
 async def test_both_required_together(tmp_path: Path) -> None:
-    async for port, d in _serve(tmp_path, cert=True, token=True):
+    async for port, d, _ in _serve(tmp_path, cert=True, token=True):
         token = (d / "caller" / "token").read_text()
         good = {"Authorization": f"Bearer {token}"}
         assert (await _post(port, _ctx(d, "apiserver"), good))[0] == 200
         assert (await _post(port, _ctx(d, "apiserver")))[0] == 401
         assert (await _post(port, _ctx(d, None), good))[0] == 401
+
+
+async def test_the_client_ca_is_read_again_when_the_serving_certificate_rotates(
+    tmp_path: Path,
+) -> None:
+    async for port, d, server in _serve(tmp_path, cert=True, token=False):
+        assert (await _post(port, _ctx(d, "apiserver")))[0] == 200
+        # Rotation: a new serving pair (and CA), and a new client CA in place of the old.
+        serving_files(d)
+        new = webhook_caller(d / "new-caller", webhook_host="127.0.0.1", token=False)
+        (d / "caller" / "client-ca.crt").write_bytes(new.client_ca_file.read_bytes())
+        assert server.reloader.reload() is True
+        # The old CA's client certificate fails the handshake now...
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError)):
+            await _post(port, _ctx(d, "apiserver"))
+        # ...and the new CA's is answered.
+        ctx = _ctx(d, None)
+        ctx.load_cert_chain(str(new.cert_file), str(new.key_file))
+        status, text = await _post(port, ctx)
+        assert status == 200 and '"uid":"u1"' in text
 
 
 def test_bad_token_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +17,10 @@ from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import proof_for, verify
 from aibom_core.stamp import Keys
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, apply_patch, review
+from tests.unit.webhook_fakes import MemorySource, apply_patch, review, serving_files
 from webhook.admission import parse_review
 from webhook.app import Admitter
+from webhook.main import Server
 from webhook.metrics import Metrics
 from webhook.provenance import (
     EdgeChecker,
@@ -31,6 +33,7 @@ from webhook.provenance import (
     review_body,
 )
 from webhook.resolver import OwnerCache, Resolver
+from webhook.tls import CertReloader
 
 KEY = b"q" * 32
 KEYS = Keys()
@@ -41,6 +44,9 @@ CONTROLLER = UserInfo(
     username="system:serviceaccount:kube-system:replicaset-controller",
     groups=("system:serviceaccounts",),
 )
+
+
+OPTED_IN = {"aibom.dev/enabled": "true"}
 
 
 class Clock:
@@ -54,12 +60,22 @@ class Clock:
 class FakeApi:
     """Answers reviews from a set of allowed usernames; counts every request."""
 
-    def __init__(self, allowed: set[str], *, guarded: bool = False) -> None:
+    def __init__(
+        self,
+        allowed: set[str],
+        *,
+        guarded: bool = False,
+        labels: Mapping[str, str] | None = OPTED_IN,
+    ) -> None:
         self.allowed = allowed
         self.reviews: list[dict[str, Any]] = []
         self.fail: BaseException | None = None
         self.delay = 0.0
-        self.guarded = guarded
+        self.guarded = guarded  # the binding exists
+        self.labels = labels  # the namespace's (None: no such namespace)
+        self.labels_of: dict[str, Mapping[str, str] | None] = {}  # other namespaces'
+        self.namespace_fail: BaseException | None = None
+        self.binding_fail: BaseException | None = None
         self.gets = 0
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
@@ -75,10 +91,14 @@ class FakeApi:
 
     async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
         self.gets += 1
-        return {"aibom.dev/enabled": "true"}
+        if self.namespace_fail is not None:
+            raise self.namespace_fail
+        return self.labels_of.get(name, self.labels)
 
     async def binding_exists(self, name: str, *, timeout: float) -> bool:
         self.gets += 1
+        if self.binding_fail is not None:
+            raise self.binding_fail
         return self.guarded
 
 
@@ -347,6 +367,93 @@ async def test_deeper_hop_needs_a_proof_or_a_guarded_namespace() -> None:
     assert guarded.gets == 2  # namespace + binding, once each (cached)
 
 
+# -- the guarded-namespace decision (GuardCache) ---------------------------------------------
+
+OPTED_OUT = {**OPTED_IN, "aibom.dev/provenance-guard": "disabled"}
+
+
+def _unproven_above(ns: str = "ns") -> tuple[Obj, Obj]:
+    """A Deployment and its ReplicaSet without a proof (admitted while the webhook was
+    down): a Pod's own edge to the ReplicaSet is proven, the hop above is not."""
+    dep = mk("Deployment", "d", ns=ns)
+    return dep, mk("ReplicaSet", "rs", dep, ns=ns, uid=f"u-rs-{ns}")
+
+
+async def _rollup(adm: Admitter, name: str, rs: Obj) -> tuple[str, str | None]:
+    """(rollup, rollup-reason) of a Pod `name` the ReplicaSet controller creates under `rs`."""
+    pod = mk("Pod", name, rs, ns=rs["metadata"]["namespace"])
+    out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]
+    ann = out["annotations"]
+    return ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")
+
+
+@pytest.mark.parametrize(
+    ("labels", "trusted"),
+    [
+        (OPTED_IN, True),
+        (OPTED_OUT, False),
+        ({}, False),
+        ({"aibom.dev/enabled": "false"}, False),
+        (None, False),
+    ],
+    ids=["opted-in", "opted-out", "no-opt-in", "opt-in-false", "no-namespace"],
+)
+async def test_a_deeper_hop_counts_only_in_an_opted_in_namespace_without_the_opt_out(
+    labels: Mapping[str, str] | None, trusted: bool
+) -> None:
+    """Guarded = opted in AND not `provenance-guard=disabled` AND the binding exists.
+    The binding exists in every case here: the labels alone decide."""
+    dep, rs = _unproven_above()
+    warm_dep, warm_rs = _unproven_above("warm")
+    api = FakeApi({CONTROLLER.username}, guarded=True, labels=labels)
+    api.labels_of["warm"] = OPTED_IN
+    adm = _admitter(api, MemorySource([dep, rs, warm_dep, warm_rs]))
+    # A guarded namespace first: the binding's answer is cached from then on.
+    assert await _rollup(adm, "w", warm_rs) == ("rolled-up", None)
+    want = ("rolled-up", None) if trusted else ("unproven", "Unproven apps/Deployment/d")
+    # The first Pod asks for the labels, the second is answered from the cache.
+    assert [await _rollup(adm, name, rs) for name in ("p", "q")] == [want, want]
+
+
+@pytest.mark.parametrize("failing", ["namespace", "binding"])
+async def test_a_failed_guard_lookup_is_not_guarded_and_not_cached(failing: str) -> None:
+    dep, rs = _unproven_above()
+    api = FakeApi({CONTROLLER.username}, guarded=True)
+    setattr(api, f"{failing}_fail", RuntimeError("503 Service Unavailable"))
+    adm = _admitter(api, MemorySource([dep, rs]))
+    unproven = ("unproven", "Unproven apps/Deployment/d")
+    assert await _rollup(adm, "p", rs) == unproven
+    gets = api.gets
+    assert await _rollup(adm, "q", rs) == unproven
+    assert api.gets == gets + 1  # the failed GET is made again, not answered from a cache
+    setattr(api, f"{failing}_fail", None)
+    assert await _rollup(adm, "r", rs) == ("rolled-up", None)
+
+
+async def test_a_custom_namespace_label_is_the_opt_in(tmp_path: Path) -> None:
+    """`--namespace-label team.example/aibom=on` (the Server's `opt_in`): that label
+    opts a namespace in, the default one no longer does, the opt-out still applies."""
+    serving_files(tmp_path)
+    custom = {"team.example/aibom": "on"}
+    for labels, guarded in (
+        (custom, True),
+        (OPTED_IN, False),
+        ({**custom, "aibom.dev/provenance-guard": "disabled"}, False),
+    ):
+        server = Server(
+            source=MemorySource(),
+            registry=REG,
+            keys=KEYS,
+            reloader=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+            host="127.0.0.1",
+            port=0,
+            provenance_source=FakeApi(set(), guarded=True, labels=labels),
+            opt_in=("team.example/aibom", "on"),
+        )
+        assert server.provenance is not None and server.provenance.guard is not None
+        assert await server.provenance.guard.guarded("ns", timeout=1) is guarded, labels
+
+
 async def test_without_a_key_no_proof_is_written_and_user_proofs_are_removed() -> None:
     dep, rs = _chain()
     adm = _admitter(FakeApi({CONTROLLER.username}, guarded=True), MemorySource([dep, rs]), key=None)
@@ -354,6 +461,63 @@ async def test_without_a_key_no_proof_is_written_and_user_proofs_are_removed() -
     out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]["annotations"]
     assert out["aibom.dev/rollup"] == "rolled-up"
     assert KEYS.edge_proof not in out
+
+
+async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_stamp() -> None:
+    """No key, so no proof: the stamp oldObject carries is the verdict of a kept edge."""
+    dep, rs = _chain()
+    api = FakeApi({CONTROLLER.username}, guarded=True)  # the hops above count
+    adm = _admitter(api, MemorySource([dep, rs]), key=None)
+    legit = await _admit(adm, mk("Pod", "legit", rs), CONTROLLER.username)
+    assert legit["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    reviews = len(api.reviews)
+    # alice (who may not set the edge) relabels the controller's Pod: still rolled up.
+    relabelled = json.loads(json.dumps(legit))
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=legit))["metadata"]
+    assert out["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    assert out["annotations"]["aibom.dev/root"] == "Deployment/d"
+    assert len(api.reviews) == reviews  # not re-checked
+    # alice's own Pod is unproven; an UPDATE keeping the reference, with the legit
+    # Pod's stamp written into it, leaves it unproven.
+    forged = await _admit(adm, mk("Pod", "forged", rs), "alice")
+    assert forged["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
+    assert len(api.reviews) == reviews + 1
+    again = json.loads(json.dumps(forged))
+    again["metadata"]["annotations"] = dict(legit["metadata"]["annotations"])
+    out = (await _admit(adm, again, "alice", operation="UPDATE", old=forged))["metadata"]
+    assert out["annotations"]["aibom.dev/rollup"] == "unproven"
+    assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/rs"
+    assert "aibom.dev/root" not in out["annotations"]
+    assert len(api.reviews) == reviews + 1  # no review for the UPDATE
+
+
+@pytest.mark.parametrize("key", [KEY, None], ids=["key", "no-key"])
+async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unproven(
+    key: bytes | None,
+) -> None:
+    """The Pod's own edge was proven at CREATE; only the hop above was not (the
+    binding GET failed: not guarded). Its stamp then says `unproven`, naming that
+    hop. An UPDATE keeping the reference carries the own edge as proven, with a
+    key (its proof) and without one (the stamp's reason names another hop), so
+    once the namespace reads as guarded the Pod rolls up, with no new review."""
+    dep, rs = _unproven_above()
+    api = FakeApi({CONTROLLER.username}, guarded=True)
+    api.binding_fail = RuntimeError("503 Service Unavailable")
+    adm = _admitter(api, MemorySource([dep, rs]), key=key)
+    pod = await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username)
+    ann = pod["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == (
+        "unproven",
+        "Unproven apps/Deployment/d",
+    )
+    api.binding_fail = None
+    reviews = len(api.reviews)
+    relabelled = json.loads(json.dumps(pod))
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    out = await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
+    assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    assert len(api.reviews) == reviews
 
 
 @pytest.mark.parametrize("annotations", [None, {"other": "x"}])
