@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -288,8 +289,8 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
     itself, a legal owner for the garbage collector) is no edge of the roll-up
     (docs/provenance-guard.md), so no GET is made (the shipped role could not
     read it and said Forbidden before) and the Pod is the top of its chain. A
-    registry kind that is cluster-scoped is NotFound on both paths
-    (tests/unit/test_dump.py)."""
+    registry kind that is cluster-scoped is NotFound on both paths (the next
+    test; tests/unit/test_dump.py)."""
     namespace_obj = json.loads(kubectl("get", "namespace", ns, "-o", "json").stdout)
     ref = owner_ref(namespace_obj)
     pod = {
@@ -307,6 +308,64 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
     out = subprocess.run(
         [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
         input=json.dumps([json.loads(dump), *json.loads(pods)["items"]]),
+        cwd=REPO_ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
+    assert record["annotations"] == want
+
+
+@pytest.fixture(scope="module")
+def namespace_kind_webhook(
+    start_webhook: StartWebhook, tmp_path_factory: pytest.TempPathFactory
+) -> Webhook:
+    """A webhook whose registry (`--kinds`) makes the Namespace, a cluster-scoped
+    kind, a walk-only kind: a registry owner that is cluster-scoped."""
+    kinds = tmp_path_factory.mktemp("namespace-kind") / "kinds.yaml"
+    kinds.write_text(NAMESPACE_KIND)
+    return start_webhook(
+        user="aibom-webhook-ns-kind",
+        name="aibom-rollup-ns-kind",
+        selector={"aibom-test.dev/ns-kind": "on"},
+        args=("--kinds", str(kinds), "--no-owner-watch"),
+    )
+
+
+NAMESPACE_KIND = 'walkOnly:\n  - {group: "", kind: Namespace}\n'
+
+
+def test_cluster_scoped_registry_owner_is_notfound_without_a_get(
+    kubectl: Kubectl, namespace: str, namespace_kind_webhook: Webhook, tmp_path: Path
+) -> None:
+    """docs/webhook.md, Cluster-scoped owners: a controller reference to a registry
+    kind that is cluster-scoped ends the walk `NotFound` from discovery, without a
+    GET, although the shipped role may get namespaces (a GET would find it, and
+    the walk would go on: `uncovered`); `tree` over a dump of the same objects
+    agrees. The same Pod and dump as the test above, under a registry holding the
+    Namespace."""
+    hook = namespace_kind_webhook
+    enabled_namespace(kubectl, namespace, "aibom-test.dev/ns-kind=on")
+    wait_registered(kubectl, namespace)
+    namespace_obj = json.loads(kubectl("get", "namespace", namespace, "-o", "json").stdout)
+    pod = bare_pod(namespace, "owned-by-ns")
+    pod["metadata"]["ownerReferences"] = [owner_ref(namespace_obj)]
+    before = hook.metric("aibom_rollup_unresolved_total", {"reason": "NotFound"})
+    live = stamp(kubectl_apply(kubectl, pod))
+    want = {
+        "aibom.dev/rollup": "unresolved",
+        "aibom.dev/rollup-reason": f"NotFound core/Namespace/{namespace}",
+    }
+    assert live == want
+    assert hook.metric("aibom_rollup_unresolved_total", {"reason": "NotFound"}) == before + 1
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(NAMESPACE_KIND)
+    pods = kubectl("get", "-n", namespace, "pods", "-o", "json").stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json", "--kinds", str(kinds)],
+        input=json.dumps([namespace_obj, *json.loads(pods)["items"]]),
         cwd=REPO_ROOT,
         env=child_env(),
         capture_output=True,
