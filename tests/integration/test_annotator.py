@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from aibom_core.objects import Obj
-from aibom_core.rollup import unpack
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
     LABEL_KEY,
@@ -517,8 +517,12 @@ def test_namespace_that_stops_opting_in_loses_its_documents(
 
 
 def test_a_document_someone_edited_or_deleted_is_restored(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
+    # No stamp repair: the root's repaired stamp would be an event of its own that
+    # rewrites the document whatever happened to it; here only the document's
+    # own events may.
+    start("--stamp-repair=off")
     apply(kubectl, dcd(ns, "kept"))
     name = "aibom-dynamocomponentdeployment-kept"
     original = unpack(wait_doc(control_plane, ns, name))
@@ -532,6 +536,21 @@ def test_a_document_someone_edited_or_deleted_is_restored(
         "the deleted document restored",
         lambda: unpack(docs(control_plane, ns).get(name) or {}) == original,
     )
+    # docs/annotator.md: a document whose managed-by label was removed is written
+    # again (the cache watches by that label: to it, the document is gone).
+    path = f"/api/v1/namespaces/{ns}/configmaps/{name}"
+    before = get(control_plane, path)
+    assert before is not None
+    kubectl("label", "-n", ns, f"configmap/{name}", f"{MANAGED_BY_LABEL}-")
+
+    def relabelled() -> Obj | None:
+        cm = get(control_plane, path)
+        labels = (cm or {}).get("metadata", {}).get("labels") or {}
+        return cm if labels.get(MANAGED_BY_LABEL) == MANAGED_BY else None
+
+    after = wait_for("the unlabelled document written again", relabelled)
+    assert after["data"] == before["data"]  # byte for byte
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
 
 
 # -- stamps --
