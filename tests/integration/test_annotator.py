@@ -737,8 +737,9 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
     crd_file = tmp_path / "widget-crd.yaml"
     crd_file.write_text(yaml.safe_dump(WIDGET_CRD))
     control_plane.install_crd(crd_file)
+    widget_kind = {"group": "aibom-test.example.com", "kind": "Widget"}
     try:
-        apply(
+        widget = apply(
             kubectl,
             {
                 "apiVersion": "aibom-test.example.com/v1",
@@ -748,15 +749,30 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
             },
         )
         wait_doc(control_plane, ns, "aibom-widget-w", timeout=30)
-        assert (
-            a.metric(
-                "aibom_annotator_watch_healthy",
-                {"group": "aibom-test.example.com", "kind": "Widget"},
-            )
-            == 1
+        assert a.metric("aibom_annotator_watch_healthy", widget_kind) == 1
+        wait_for(  # the gauge is set every 2 s
+            "the Widget cached",
+            lambda: a.metric("aibom_annotator_cached_objects", widget_kind) == 1,
         )
     finally:
         control_plane.delete_crd("widgets.aibom-test.example.com")
+    # docs/annotator.md, Degradation: a CRD is deleted after sync: its informer
+    # ends (no_match), its objects leave the cache, and walks through it end
+    # NoMatch (not NotFound: the kind is not served any more). The child is made
+    # after the deletion (before, the garbage collector could delete it first).
+    wait_for(
+        "the Widget informer ended (no_match)",
+        lambda: a.metric("aibom_annotator_watch_state", {**widget_kind, "state": "no_match"}) == 1,
+        timeout=90,
+    )
+    wait_for(
+        "no Widget cached",
+        lambda: a.metric("aibom_annotator_cached_objects", widget_kind) == 0,
+    )
+    apply(kubectl, deployment(ns, "widget-child", widget, replicas=0))
+    cm = wait_doc(control_plane, ns, "aibom-deployment-widget-child")
+    props = {p["name"]: p["value"] for p in document(cm)["metadata"]["component"]["properties"]}
+    assert props["aibom.rollup.unresolved"] == "NoMatch aibom-test.example.com/Widget/w"
     # The kind went away: the other kinds are unaffected.
     apply(kubectl, dcd(ns, "after"))
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-after")
