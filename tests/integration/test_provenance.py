@@ -403,7 +403,7 @@ def test_a_tenant_edit_of_a_proof_is_undone_at_admission(
         ns,
         "tenant",
         rules=[
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "patch"]},
             {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "patch"]},
         ],
         workdir=tmp_path,
@@ -433,3 +433,17 @@ def test_a_tenant_edit_of_a_proof_is_undone_at_admission(
             now = kubectl_get(kubectl, ns, what)
             assert now["metadata"]["annotations"].get(proof_key) == original, (what, edit)
             assert proven(now), (what, edit)
+    # A proof written onto an unproven object (the tenant's own forged controller
+    # reference to the Deployment, which manages no Pods and so never releases
+    # it) is removed: the webhook writes no proof the edge does not have.
+    dep = kubectl_get(kubectl, ns, "deployment/web")
+    forged = kubectl_apply(kubectl, pod(ns, "forged", "evil.example/x:1", dep), kubeconfig=tenant)
+    assert stamp(forged)["aibom.dev/rollup"] == "unproven"
+    assert PROOF not in forged["metadata"]["annotations"]
+    copied = web_pod["metadata"]["annotations"][PROOF]
+    out = kubectl(
+        "annotate", "-n", ns, "pod/forged", f"{PROOF}={copied}", "-o", "json", kubeconfig=tenant
+    )
+    stored = json.loads(out.stdout)
+    assert PROOF not in stored["metadata"]["annotations"]
+    assert stamp(stored)["aibom.dev/rollup"] == "unproven"
