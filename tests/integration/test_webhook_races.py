@@ -302,11 +302,16 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
     live = stamp(kubectl_apply(kubectl, pod))
     want = {"aibom.dev/rollup": "uncovered"}
     assert live == want
-    # Offline, from a dump holding both the Pod and its cluster-scoped owner.
+    assert offline_stamp(kubectl, ns, "owned-by-ns") == want
+
+
+def offline_stamp(kubectl: Kubectl, ns: str, pod: str, *args: str) -> dict[str, str]:
+    """The stamp `tree ARGS` gives `pod` offline, from a dump holding the namespace's
+    Pods and the Namespace itself (their cluster-scoped owner)."""
     dump = kubectl("get", "namespace", ns, "-o", "json").stdout
     pods = kubectl("get", "-n", ns, "pods", "-o", "json").stdout
     out = subprocess.run(
-        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json", *args],
         input=json.dumps([json.loads(dump), *json.loads(pods)["items"]]),
         cwd=REPO_ROOT,
         env=child_env(),
@@ -314,8 +319,9 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
         text=True,
         check=True,
     )
-    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
-    assert record["annotations"] == want
+    record = next(r for r in json.loads(out.stdout) if r["name"] == pod)
+    annotations: dict[str, str] = record["annotations"]
+    return annotations
 
 
 @pytest.fixture(scope="module")
@@ -362,15 +368,4 @@ def test_cluster_scoped_registry_owner_is_notfound_without_a_get(
     assert hook.metric("aibom_rollup_unresolved_total", {"reason": "NotFound"}) == before + 1
     kinds = tmp_path / "kinds.yaml"
     kinds.write_text(NAMESPACE_KIND)
-    pods = kubectl("get", "-n", namespace, "pods", "-o", "json").stdout
-    out = subprocess.run(
-        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json", "--kinds", str(kinds)],
-        input=json.dumps([namespace_obj, *json.loads(pods)["items"]]),
-        cwd=REPO_ROOT,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
-    assert record["annotations"] == want
+    assert offline_stamp(kubectl, namespace, "owned-by-ns", "--kinds", str(kinds)) == want
