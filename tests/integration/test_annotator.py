@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from aibom_core.objects import Obj
-from aibom_core.rollup import unpack
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
     LABEL_KEY,
@@ -517,8 +517,12 @@ def test_namespace_that_stops_opting_in_loses_its_documents(
 
 
 def test_a_document_someone_edited_or_deleted_is_restored(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
 ) -> None:
+    # No stamp repair: the root's repaired stamp would be an event of its own that
+    # rewrites the document whatever happened to it; here only the document's
+    # own events may.
+    start("--stamp-repair=off")
     apply(kubectl, dcd(ns, "kept"))
     name = "aibom-dynamocomponentdeployment-kept"
     original = unpack(wait_doc(control_plane, ns, name))
@@ -532,6 +536,21 @@ def test_a_document_someone_edited_or_deleted_is_restored(
         "the deleted document restored",
         lambda: unpack(docs(control_plane, ns).get(name) or {}) == original,
     )
+    # docs/annotator.md: a document whose managed-by label was removed is written
+    # again (the cache watches by that label: to it, the document is gone).
+    path = f"/api/v1/namespaces/{ns}/configmaps/{name}"
+    before = get(control_plane, path)
+    assert before is not None
+    kubectl("label", "-n", ns, f"configmap/{name}", f"{MANAGED_BY_LABEL}-")
+
+    def relabelled() -> Obj | None:
+        cm = get(control_plane, path)
+        labels = (cm or {}).get("metadata", {}).get("labels") or {}
+        return cm if labels.get(MANAGED_BY_LABEL) == MANAGED_BY else None
+
+    after = wait_for("the unlabelled document written again", relabelled)
+    assert after["data"] == before["data"]  # byte for byte
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
 
 
 # -- stamps --
@@ -718,8 +737,9 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
     crd_file = tmp_path / "widget-crd.yaml"
     crd_file.write_text(yaml.safe_dump(WIDGET_CRD))
     control_plane.install_crd(crd_file)
+    widget_kind = {"group": "aibom-test.example.com", "kind": "Widget"}
     try:
-        apply(
+        widget = apply(
             kubectl,
             {
                 "apiVersion": "aibom-test.example.com/v1",
@@ -729,15 +749,30 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
             },
         )
         wait_doc(control_plane, ns, "aibom-widget-w", timeout=30)
-        assert (
-            a.metric(
-                "aibom_annotator_watch_healthy",
-                {"group": "aibom-test.example.com", "kind": "Widget"},
-            )
-            == 1
+        assert a.metric("aibom_annotator_watch_healthy", widget_kind) == 1
+        wait_for(  # the gauge is set every 2 s
+            "the Widget cached",
+            lambda: a.metric("aibom_annotator_cached_objects", widget_kind) == 1,
         )
     finally:
         control_plane.delete_crd("widgets.aibom-test.example.com")
+    # docs/annotator.md, Degradation: a CRD is deleted after sync: its informer
+    # ends (no_match), its objects leave the cache, and walks through it end
+    # NoMatch (not NotFound: the kind is not served any more). The child is made
+    # after the deletion (before, the garbage collector could delete it first).
+    wait_for(
+        "the Widget informer ended (no_match)",
+        lambda: a.metric("aibom_annotator_watch_state", {**widget_kind, "state": "no_match"}) == 1,
+        timeout=90,
+    )
+    wait_for(
+        "no Widget cached",
+        lambda: a.metric("aibom_annotator_cached_objects", widget_kind) == 0,
+    )
+    apply(kubectl, deployment(ns, "widget-child", widget, replicas=0))
+    cm = wait_doc(control_plane, ns, "aibom-deployment-widget-child")
+    props = {p["name"]: p["value"] for p in document(cm)["metadata"]["component"]["properties"]}
+    assert props["aibom.rollup.unresolved"] == "NoMatch aibom-test.example.com/Widget/w"
     # The kind went away: the other kinds are unaffected.
     apply(kubectl, dcd(ns, "after"))
     wait_doc(control_plane, ns, "aibom-dynamocomponentdeployment-after")

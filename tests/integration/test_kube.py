@@ -99,6 +99,30 @@ async def test_get_owner_maps_answers_to_walk_reasons(
         assert denied.failure is Reason.FORBIDDEN
 
 
+async def test_a_cluster_scoped_owner_is_notfound_from_discovery_without_a_get(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """docs/webhook.md, Cluster-scoped owners: owners are looked up in the child's
+    namespace, where a cluster-scoped object never is; discovery says the kind is
+    cluster-scoped, so the answer is NotFound and no GET is made, even for an
+    owner the identity could read (the admin reads the Namespace itself)."""
+    ns_obj = control_plane.request("GET", f"/api/v1/namespaces/{namespace}")
+    assert ns_obj.status == 200, ns_obj.body
+    uid = ns_obj.json()["metadata"]["uid"]
+    async with Kube.from_kubeconfig(str(control_plane.kubeconfig)) as kube:
+        await kube.discovery.refresh()
+        assert await kube.discovery.resource(GroupKind("", "Namespace")) is not None
+        gets = kube.requests["GET"]
+        for metadata_only in (False, True):
+            got = await kube.get_owner(
+                namespace,
+                OwnerRef("v1", "Namespace", namespace, uid),
+                metadata_only=metadata_only,
+            )
+            assert got.failure is Reason.NOT_FOUND and got.obj is None
+        assert kube.requests["GET"] == gets
+
+
 async def test_metadata_only_owner_get_list_and_watch(
     control_plane: ControlPlane, namespace: str
 ) -> None:

@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aibom_core.kinds import default_registry
 from aibom_core.objects import Obj
-from tests.controlplane import ControlPlane, Kubectl, child_env
+from tests.controlplane import ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -349,6 +350,34 @@ def test_a_reader_without_rights_gets_forbidden_not_a_traceback(world: World) ->
     assert got.returncode == 1
     assert got.stderr.startswith("error: forbidden: cannot list configmaps")
     assert "Traceback" not in got.stderr
+
+
+def test_read_is_all_it_needs_and_it_never_writes(world: World) -> None:
+    """docs/kubectl-aibom.md: get and list on the walked kinds and on ConfigMaps
+    is all the plugin needs, and it never writes: an identity bound to exactly
+    that (a write would be refused, 403) gets the admin's answers."""
+    reg = default_registry()
+    rules: list[Obj] = [
+        {"apiGroups": [gk.group], "resources": [reg.resource_of(gk)], "verbs": ["get", "list"]}
+        for gk in sorted(reg.tracked | reg.walk_only, key=str)
+    ]
+    rules.append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]})
+    user = f"aibom-reader-{uuid.uuid4().hex[:6]}"
+    reader = world.cp.issue_identity(user)
+    bind_rules(world.kubectl, user, user, rules)
+    for args in (
+        ["explain", "-n", world.ns, f"pod/{world.pods[0]}"],
+        ["explain", "-n", world.ns, f"rs/{world.rs}", "-o", "json"],
+        ["tree", "-n", world.ns, "deploy/web"],
+        ["tree", "-A"],
+        ["get", "-A"],
+        ["get", "-n", world.ns, "Deployment/web", "-o", "wide"],
+        ["find", "-A", "--image", IMAGE],
+    ):
+        admin = world.run(*args)
+        got = world.run(*args, kubeconfig=reader.kubeconfig)
+        assert (admin.returncode, got.returncode) == (0, 0), (args, admin.stderr, got.stderr)
+        assert got.stdout == admin.stdout, args
 
 
 def test_the_context_namespace_is_the_default(world: World, tmp_path: Path) -> None:

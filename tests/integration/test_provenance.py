@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from aibom_core.objects import Obj
+from aibom_core.objects import Obj, controller_ref, ref_of
+from aibom_core.provenance import ProofTrust, parse_key
+from aibom_core.stamp import Keys
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
 from tests.integration import support
 from tests.integration.support import (
@@ -385,3 +387,63 @@ def test_webhook_down_forged_pod_is_listed_unproven_not_absorbed(env: Env) -> No
         assert "Pod/" + web_pod["metadata"]["name"] not in unproven_listed(cm)
     finally:
         webhook.start()
+
+
+def test_a_tenant_edit_of_a_proof_is_undone_at_admission(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, webhook: Webhook, tmp_path: Path
+) -> None:
+    """docs/webhook.md: the matchConditions send UPDATEs that change either proof
+    key, so a user's edit of a proof is undone at once: the object the API server
+    stores after a tenant's `kubectl annotate` (a forged value, then the key
+    removed) carries the original proof, which verifies. No annotator runs: the
+    webhook alone answers."""
+    tenant = service_account_kubeconfig(
+        control_plane,
+        kubectl,
+        ns,
+        "tenant",
+        rules=[
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "patch"]},
+            {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["get", "patch"]},
+        ],
+        workdir=tmp_path,
+    )
+    kubectl_apply(kubectl, deployment(ns, "web", image="registry.example/web:1"))
+    web_pod = labels_pod(kubectl, ns, "app=web")
+    rs = kubectl_get(kubectl, ns, "replicasets", "-l", "app=web")["items"][0]
+    key = parse_key((webhook.dir / "provenance.key").read_bytes())
+    trust = ProofTrust(key=key, keys=Keys())
+
+    def proven(obj: Obj) -> bool:
+        owner = controller_ref(obj)
+        return owner is not None and trust.proven(obj, ref_of(obj), owner)
+
+    for what, proof_key, obj in (
+        (f"pod/{web_pod['metadata']['name']}", PROOF, web_pod),
+        (f"replicaset/{rs['metadata']['name']}", RS_PROOF, rs),
+    ):
+        original = obj["metadata"]["annotations"][proof_key]
+        assert proven(obj), what
+        for edit in (f"{proof_key}=v1:forged", f"{proof_key}-"):
+            out = kubectl(
+                "annotate", "-n", ns, what, edit, "--overwrite", "-o", "json", kubeconfig=tenant
+            )
+            stored = json.loads(out.stdout)  # what the API server stored after admission
+            assert stored["metadata"]["annotations"].get(proof_key) == original, (what, edit)
+            now = kubectl_get(kubectl, ns, what)
+            assert now["metadata"]["annotations"].get(proof_key) == original, (what, edit)
+            assert proven(now), (what, edit)
+    # A proof written onto an unproven object (the tenant's own forged controller
+    # reference to the Deployment, which manages no Pods and so never releases
+    # it) is removed: the webhook writes no proof the edge does not have.
+    dep = kubectl_get(kubectl, ns, "deployment/web")
+    forged = kubectl_apply(kubectl, pod(ns, "forged", "evil.example/x:1", dep), kubeconfig=tenant)
+    assert stamp(forged)["aibom.dev/rollup"] == "unproven"
+    assert PROOF not in forged["metadata"]["annotations"]
+    copied = web_pod["metadata"]["annotations"][PROOF]
+    out = kubectl(
+        "annotate", "-n", ns, "pod/forged", f"{PROOF}={copied}", "-o", "json", kubeconfig=tenant
+    )
+    stored = json.loads(out.stdout)
+    assert PROOF not in stored["metadata"]["annotations"]
+    assert stamp(stored)["aibom.dev/rollup"] == "unproven"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -288,8 +289,8 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
     itself, a legal owner for the garbage collector) is no edge of the roll-up
     (docs/provenance-guard.md), so no GET is made (the shipped role could not
     read it and said Forbidden before) and the Pod is the top of its chain. A
-    registry kind that is cluster-scoped is NotFound on both paths
-    (tests/unit/test_dump.py)."""
+    registry kind that is cluster-scoped is NotFound on both paths (the next
+    test; tests/unit/test_dump.py)."""
     namespace_obj = json.loads(kubectl("get", "namespace", ns, "-o", "json").stdout)
     ref = owner_ref(namespace_obj)
     pod = {
@@ -301,11 +302,16 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
     live = stamp(kubectl_apply(kubectl, pod))
     want = {"aibom.dev/rollup": "uncovered"}
     assert live == want
-    # Offline, from a dump holding both the Pod and its cluster-scoped owner.
+    assert offline_stamp(kubectl, ns, "owned-by-ns") == want
+
+
+def offline_stamp(kubectl: Kubectl, ns: str, pod: str, *args: str) -> dict[str, str]:
+    """The stamp `tree ARGS` gives `pod` offline, from a dump holding the namespace's
+    Pods and the Namespace itself (their cluster-scoped owner)."""
     dump = kubectl("get", "namespace", ns, "-o", "json").stdout
     pods = kubectl("get", "-n", ns, "pods", "-o", "json").stdout
     out = subprocess.run(
-        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json"],
+        [sys.executable, "-m", "aibom_rollup", "tree", "-", "-o", "json", *args],
         input=json.dumps([json.loads(dump), *json.loads(pods)["items"]]),
         cwd=REPO_ROOT,
         env=child_env(),
@@ -313,5 +319,53 @@ def test_cluster_scoped_owner_is_notfound_live_and_offline(
         text=True,
         check=True,
     )
-    record = next(r for r in json.loads(out.stdout) if r["name"] == "owned-by-ns")
-    assert record["annotations"] == want
+    record = next(r for r in json.loads(out.stdout) if r["name"] == pod)
+    annotations: dict[str, str] = record["annotations"]
+    return annotations
+
+
+@pytest.fixture(scope="module")
+def namespace_kind_webhook(
+    start_webhook: StartWebhook, tmp_path_factory: pytest.TempPathFactory
+) -> Webhook:
+    """A webhook whose registry (`--kinds`) makes the Namespace, a cluster-scoped
+    kind, a walk-only kind: a registry owner that is cluster-scoped."""
+    kinds = tmp_path_factory.mktemp("namespace-kind") / "kinds.yaml"
+    kinds.write_text(NAMESPACE_KIND)
+    return start_webhook(
+        user="aibom-webhook-ns-kind",
+        name="aibom-rollup-ns-kind",
+        selector={"aibom-test.dev/ns-kind": "on"},
+        args=("--kinds", str(kinds), "--no-owner-watch"),
+    )
+
+
+NAMESPACE_KIND = 'walkOnly:\n  - {group: "", kind: Namespace}\n'
+
+
+def test_cluster_scoped_registry_owner_is_notfound_without_a_get(
+    kubectl: Kubectl, namespace: str, namespace_kind_webhook: Webhook, tmp_path: Path
+) -> None:
+    """docs/webhook.md, Cluster-scoped owners: a controller reference to a registry
+    kind that is cluster-scoped ends the walk `NotFound` from discovery, without a
+    GET, although the shipped role may get namespaces (a GET would find it, and
+    the walk would go on: `uncovered`); `tree` over a dump of the same objects
+    agrees. The same Pod and dump as the test above, under a registry holding the
+    Namespace."""
+    hook = namespace_kind_webhook
+    enabled_namespace(kubectl, namespace, "aibom-test.dev/ns-kind=on")
+    wait_registered(kubectl, namespace)
+    namespace_obj = json.loads(kubectl("get", "namespace", namespace, "-o", "json").stdout)
+    pod = bare_pod(namespace, "owned-by-ns")
+    pod["metadata"]["ownerReferences"] = [owner_ref(namespace_obj)]
+    before = hook.metric("aibom_rollup_unresolved_total", {"reason": "NotFound"})
+    live = stamp(kubectl_apply(kubectl, pod))
+    want = {
+        "aibom.dev/rollup": "unresolved",
+        "aibom.dev/rollup-reason": f"NotFound core/Namespace/{namespace}",
+    }
+    assert live == want
+    assert hook.metric("aibom_rollup_unresolved_total", {"reason": "NotFound"}) == before + 1
+    kinds = tmp_path / "kinds.yaml"
+    kinds.write_text(NAMESPACE_KIND)
+    assert offline_stamp(kubectl, namespace, "owned-by-ns", "--kinds", str(kinds)) == want

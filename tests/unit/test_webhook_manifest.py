@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.stamp import Keys
 from tests.unit.manifest_docs import PLURAL
 from webhook.ownerwatch import owner_kinds
 
@@ -36,6 +38,23 @@ def test_rules_cover_exactly_the_registry() -> None:
         assert {"key": "aibom.dev/enabled", "operator": "In", "values": ["true"]} in exprs
         assert all(op in ("CREATE", "UPDATE") for r in hook["rules"] for op in r["operations"])
         assert hook["matchConditions"][0]["expression"].startswith("request.operation != 'UPDATE'")
+
+
+def test_match_conditions_send_an_update_that_changes_any_of_our_keys() -> None:
+    """docs/webhook.md: an UPDATE changing any of our keys, either proof key
+    included, is sent to the webhook (so a user's edit of a proof is undone at
+    once): each hook's condition compares exactly the keys of `Keys()` between
+    object and oldObject. (The integration test in test_provenance.py shows it on
+    the API server.)"""
+    keys = Keys()
+    want = {*keys.all(), keys.edge_proof, keys.replicaset_edge_proof}
+    config = yaml.safe_load((MANIFESTS / "webhook/mutatingwebhook.yaml").read_text())
+    for hook in config["webhooks"]:
+        (condition,) = hook["matchConditions"]
+        compared = re.findall(r"\[([^\]]*)\]\.exists\(k,", condition["expression"])
+        assert len(compared) == 1, hook["name"]
+        listed = re.findall(r"'([^']*)'", compared[0])
+        assert len(listed) == len(set(listed)) and set(listed) == want, hook["name"]
 
 
 def test_rbac_grants_get_on_every_walked_kind_and_nothing_else() -> None:
