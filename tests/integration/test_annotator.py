@@ -724,6 +724,17 @@ def test_with_the_webhook_running_stamps_are_agreed_not_fought(
 WIDGET_CRD = crd("aibom-test.example.com", "Widget", "widgets")
 
 
+def crd_object(ns: str, kind: str, name: str, *, template: Obj | None = None) -> Obj:
+    """An object of one of the CRDs these tests install (group aibom-test.example.com)."""
+    spec = {"template": {"spec": template}} if template is not None else {}
+    return {
+        "apiVersion": "aibom-test.example.com/v1",
+        "kind": kind,
+        "metadata": meta(ns, name),
+        "spec": spec,
+    }
+
+
 def test_a_crd_installed_later_is_watched_without_a_restart(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator, tmp_path: Path
 ) -> None:
@@ -740,13 +751,7 @@ def test_a_crd_installed_later_is_watched_without_a_restart(
     widget_kind = {"group": "aibom-test.example.com", "kind": "Widget"}
     try:
         widget = apply(
-            kubectl,
-            {
-                "apiVersion": "aibom-test.example.com/v1",
-                "kind": "Widget",
-                "metadata": meta(ns, "w"),
-                "spec": {"template": {"spec": pod_spec("registry.example/w:1")}},
-            },
+            kubectl, crd_object(ns, "Widget", "w", template=pod_spec("registry.example/w:1"))
         )
         wait_doc(control_plane, ns, "aibom-widget-w", timeout=30)
         assert a.metric("aibom_annotator_watch_healthy", widget_kind) == 1
@@ -803,15 +808,7 @@ def test_a_kind_that_cannot_be_listed_does_not_hold_up_the_others(
     grant_extra(kubectl, "aibom-annotator", "gadgets")
     control_plane.install_crd(crd_file)
     try:
-        gadget = apply(
-            kubectl,
-            {
-                "apiVersion": "aibom-test.example.com/v1",
-                "kind": "Gadget",
-                "metadata": meta(ns, "g"),
-                "spec": {},
-            },
-        )
+        gadget = apply(kubectl, crd_object(ns, "Gadget", "g"))
         a = start(f"--kinds={kinds}", "--sync-timeout=3")
         apply(kubectl, dcd(ns, "unaffected"))
         apply(kubectl, deployment(ns, "owned-by-gadget", gadget, replicas=0))
