@@ -446,6 +446,9 @@ def test_unguarded_namespaces_let_it_through(
     wait_for("the guard back", lambda: _probe_refused(control_plane, ns))
 
 
+NAMESAKE = "00000000-0000-4000-8000-000000000000"
+
+
 def test_update_checks_added_and_changed_references_not_kept_ones(
     control_plane: ControlPlane, kubectl: Kubectl, guarded: str, tmp_path: Path
 ) -> None:
@@ -508,6 +511,17 @@ def test_update_checks_added_and_changed_references_not_kept_ones(
         )
     )
     assert_guard_message(err, sa, api, "deployments")
+    # ...nor at a namesake: the same name and kind, another UID (an owner deleted
+    # and re-created under its name) is a changed reference, checked again.
+    err = refused(
+        patch(
+            "theirs",
+            [{"op": "replace", "path": "/metadata/ownerReferences/0/uid", "value": NAMESAKE}],
+        )
+    )
+    assert_guard_message(
+        err, sa, {**web, "metadata": {**web["metadata"], "uid": NAMESAKE}}, "deployments"
+    )
     # ...and may drop the reference (orphaning is never checked).
     orphan = admitted(patch("theirs", [{"op": "remove", "path": "/metadata/ownerReferences"}]))
     assert not orphan["metadata"].get("ownerReferences")
