@@ -33,19 +33,21 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -m "not integration" tests
 
 integration: $(STAMP)
-	$(BIN)/pytest -q -m integration tests/integration
+	$(BIN)/pytest -q -m integration -n 4 --dist loadfile tests
 
 # The independent JSF verifier (docs/signing.md): one npm package. Without
 # node/npm (or the registry), tests/unit/test_jsf_interop.py skips and says so.
 jsf-interop:
 	@if command -v npm >/dev/null 2>&1; then scripts/jsf-interop/install.sh || echo "jsf-interop: npm ci failed; its test will skip"; else echo "jsf-interop: no npm; its test will skip"; fi
 
-# pytest exits 5 when it collects no tests; make fails on any non-zero exit.
-test: lint jsf-interop
-	$(BIN)/pytest -q -p no:cacheprovider tests
+# Builds, lint, unit and integration tests, timed per phase (tests/run.py).
+# pytest exits 5 when it collects no tests; the runner and make fail on any
+# non-zero exit.
+test: $(STAMP) jsf-interop
+	$(BIN)/python -m tests.run
 
 bench: $(STAMP)
 	$(BIN)/python bench/scan_bench.py

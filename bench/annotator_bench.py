@@ -83,7 +83,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from aibom_core.objects import Obj
 
@@ -631,7 +631,7 @@ async def create_namespace(kube: Kube, name: str, labels: dict[str, str]) -> Non
 
 
 async def cold_start(watch: DocWatch, expected: int, t0: float, timeout: float = 900) -> float:
-    """Seconds from `t0` until `expected` documents were seen written (reusable: --peer)."""
+    """Seconds from `t0` until `expected` documents were seen written (reusable: bench/peer.py)."""
     ok = await watch.wait(lambda: len(watch.first) >= expected, timeout=timeout)
     assert ok, f"only {len(watch.first)} of {expected} documents after {timeout:.0f} s"
     return max(watch.first.values()) - t0
@@ -1119,9 +1119,23 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
     return out
 
 
-def main() -> int:
+class SideBySide(Protocol):
+    """Another tool measured on the same cluster after ours (bench/peer.py's ``Peer``):
+    this bench calls it and never imports it, so the two modules import one way."""
+
+    def apiserver_args(self, workdir: Path) -> list[str]: ...
+
+    def prepare(self, cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> None: ...
+
+    def measure(self, args: argparse.Namespace, cp: ControlPlane, ours: Obj) -> Obj: ...
+
+
+def main(argv: list[str] | None = None, side: SideBySide | None = None) -> int:
+    """The bench; with ``side``, that tool is measured after ours, on the same objects."""
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="annotator_bench.py" if side is None else "peer.py bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--roots", type=int, default=1000)
     ap.add_argument("--pods-per-root", type=int, default=10)
@@ -1170,31 +1184,23 @@ def main() -> int:
         help="run each annotator under cProfile, writing DIR/<identity>.prof (slower)",
     )
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument(
-        "--peer",
-        action="store_true",
-        help="then run k8s-aibom on the same objects and report both (bench/peer.py)",
-    )
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="aibom-annotator-bench-"))
     off = "-deployment,-replicaset,-statefulset,-daemonset,-job,-cronjob"
-    if args.peer:  # side by side with k8s-aibom (bench/peer.py)
-        import peer
-
-        peer_bin = peer.ensure_peer()  # before the control plane: minutes on a cold cache
-    audit = peer.apiserver_args(workdir) if args.peer else []
+    audit = side.apiserver_args(workdir) if side is not None else []
     with ControlPlane(
         extra_controller_manager_args=[f"--controllers=*,{off}"], extra_apiserver_args=audit
     ) as cp:
         cp.install_crds()
-        setup = peer.prepare(cp, args, peer_bin, workdir) if args.peer else None
+        if side is not None:
+            side.prepare(cp, args, workdir)
         with open(workdir / "annotator.log", "wb") as log_file:
             result = asyncio.run(bench(args, cp, log_file))
-        if setup is not None:
-            result["side_by_side"] = peer.side_by_side(args, cp, setup, result)
+        if side is not None:
+            result["side_by_side"] = side.measure(args, cp, result)
             log("side by side:\n" + result["side_by_side"]["table"])
     result["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
     text = json.dumps(result, indent=2)

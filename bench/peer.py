@@ -6,9 +6,10 @@ snapshot in ``../shared/upstream/k8s-aibom-src`` (never copied into this
 repository: it is built and measured, not reused), installs what its Helm
 chart installs, runs it on the control plane and the objects that
 ``bench/annotator_bench.py`` built, and measures it the way that bench
-measures our annotator. ``annotator_bench.py --peer`` drives it:
+measures our annotator: ``peer.py bench`` runs the annotator bench (same flags)
+with :class:`Peer` as its side-by-side tool:
 
-    .venv/bin/python bench/annotator_bench.py --roots 1000 --peer --json out.json
+    .venv/bin/python bench/peer.py bench --roots 1000 --json out.json
     .venv/bin/python bench/peer.py build     # only build (or find cached) the binary
 
 Build: like ``tests/controlplane/gotools.py`` builds helm and promtool
@@ -28,7 +29,7 @@ namespaces labelled ``aibom.k8saibom.dev/enabled=true``; the bench
 namespace gets that label just before the peer starts.
 
 Requests, the same way for both tools: the API server's audit log. When
-``--peer`` is on, the control plane starts with an audit policy that logs
+the peer is measured, the control plane starts with an audit policy that logs
 (level Metadata) exactly two users, our annotator (a client certificate of
 its own, :data:`OURS_USER`) and the peer's ServiceAccount; nothing else.
 A tool's cold requests are its audited requests received up to the one that
@@ -56,7 +57,6 @@ import contextlib
 import datetime as _dt
 import functools
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -78,14 +78,10 @@ import annotator_bench as ab  # noqa: E402
 
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
-from tests.controlplane import (  # noqa: E402
-    BuildError,
-    ControlPlane,
-    child_env,
-    go_ldflags,
-    shared_dir,
-)
-from tests.controlplane.gotools import GoTool, ensure_tool  # noqa: E402
+from tests.controlplane import BuildError, ControlPlane, child_env  # noqa: E402
+from tests.controlplane.gobuild import GoBuild, SourceTree, binary, go_ldflags  # noqa: E402
+from tests.controlplane.gotools import ensure_tool  # noqa: E402
+from tests.controlplane.paths import upstream_source_dirs  # noqa: E402
 
 #: The snapshot in ../shared/upstream/k8s-aibom-src (its SOURCES.md: main, 2026-08-21).
 PEER_COMMIT: Final = "0dd2f89e0dd09641bb471f16f98498dc687d18b8"
@@ -95,7 +91,7 @@ PEER_SERVICE_ACCOUNT: Final = "k8s-aibom"
 PEER_USER: Final = f"system:serviceaccount:{PEER_NAMESPACE}:{PEER_SERVICE_ACCOUNT}"
 PEER_OPT_IN: Final = "aibom.k8saibom.dev/enabled"
 PEER_AIBOMS: Final = "/apis/aibom.k8saibom.dev/v1beta1/namespaces/{ns}/aiboms"
-#: Our annotator's identity in --peer mode (a client certificate, group system:masters):
+#: Our annotator's identity when measured beside the peer (a client certificate, group system:masters):
 #: only so that the audit log tells its requests from the bench's own.
 OURS_USER: Final = "aibom-bench-annotator"
 _TOKEN_SECONDS: Final = 24 * 3600
@@ -113,37 +109,44 @@ def log(msg: str) -> None:
 
 
 def peer_src() -> Path:
-    """The peer's source tree: $AIBOM_PEER_SRC, else ``k8s-aibom-src`` beside the shared
-    upstream data (``$AIBOM_SHARED_DIR``, ``../shared/upstream`` of this checkout or of
-    its parent folder)."""
-    env = os.environ.get("AIBOM_PEER_SRC")
-    candidates = [Path(env)] if env else []
-    candidates.append(shared_dir() / "k8s-aibom-src")
-    candidates += [base / "shared" / "upstream" / "k8s-aibom-src" for base in REPO.parents[:2]]
+    """The peer's source tree (its chart is installed from it): ``k8s-aibom-src`` under
+    the upstream source folders (``paths.upstream_source_dirs``: $AIBOM_UPSTREAM_SRC,
+    ``shared/upstream`` beside this checkout or beside its parent folder)."""
+    candidates = [base / "k8s-aibom-src" for base in upstream_source_dirs()]
     for path in candidates:
         if (path / "go.mod").is_file() and (path / "cmd" / "manager").is_dir():
             return path
     tried = ", ".join(str(p) for p in candidates)
-    raise BuildError(f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_PEER_SRC")
-
-
-def peer_tool(src: Path) -> GoTool:
-    return GoTool(
-        name="k8s-aibom",
-        module_dir=src,
-        package="./cmd/manager",
-        version=PEER_VERSION,
-        # Its Dockerfile's flags; the version lands in every BOM's metadata.tools.
-        ldflags=go_ldflags({"main": {"controllerVersion": PEER_VERSION}}),
-        # It has no version flag; -help lists its flags (exit 0).
-        version_args=("-help",),
-        expect="metrics-bind-address",
+    raise BuildError(
+        f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_UPSTREAM_SRC"
+        " to the folder that holds k8s-aibom-src/"
     )
+
+
+#: The peer, through the one builder: the module proxy refuses the module, so the
+#: tree of the snapshot above is built as it is (no patch), its own go.mod and go.sum.
+PEER_BUILD: Final = GoBuild(
+    name="k8s-aibom",
+    version=PEER_VERSION,
+    mains={"k8s-aibom": "./cmd/manager"},
+    source=SourceTree(
+        module="github.com/GoogleCloudPlatform/k8s-aibom",
+        version=PEER_COMMIT,
+        commit=PEER_COMMIT,
+        tree="k8s-aibom-src",
+        marker="cmd/manager/main.go",
+    ),
+    # Its Dockerfile's flags; the version lands in every BOM's metadata.tools.
+    ldflags=go_ldflags({"main": {"controllerVersion": PEER_VERSION}}),
+    # It has no version flag; -help lists its flags (exit 0).
+    check=("k8s-aibom", ("-help",), "metrics-bind-address"),
+    estimate="about 4 min",
+)
 
 
 def ensure_peer() -> Path:
     """Build the peer unless cached; return the binary (BuildError says why not)."""
-    return ensure_tool(peer_tool(peer_src()))
+    return binary(PEER_BUILD)
 
 
 # --------------------------------------------------------------------------- audit
@@ -581,13 +584,38 @@ def table(result: Obj) -> str:
     )
 
 
+class Peer:
+    """The side-by-side tool of ``annotator_bench.main`` (its ``SideBySide``)."""
+
+    def __init__(self) -> None:
+        self.binary = ensure_peer()  # before the control plane: minutes on a cold cache
+        self.setup: Setup | None = None
+
+    def apiserver_args(self, workdir: Path) -> list[str]:
+        return apiserver_args(workdir)
+
+    def prepare(self, cp: ControlPlane, args: argparse.Namespace, workdir: Path) -> None:
+        self.setup = prepare(cp, args, self.binary, workdir)
+
+    def measure(self, args: argparse.Namespace, cp: ControlPlane, ours: Obj) -> Obj:
+        assert self.setup is not None
+        return side_by_side(args, cp, self.setup, ours)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("what", choices=["build"], help="build (or find cached) the peer's binary")
-    ap.parse_args(argv)
+    ap.add_argument(
+        "what",
+        choices=["build", "bench"],
+        help="build: build (or find cached) the peer's binary; bench: the annotator bench"
+        " (its flags follow), then the peer on the same objects, both reported",
+    )
+    args, rest = ap.parse_known_args(argv)
     try:
+        if args.what == "bench":
+            return ab.main(rest, side=Peer())
         binary = ensure_peer()
     except BuildError as exc:
         sys.exit(f"error: {exc}")  # exit status 1, the message on stderr

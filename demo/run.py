@@ -2,7 +2,7 @@
 
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
    kube-controller-manager and the real LeaderWorkerSet controller
-   (tests/controlplane, `up --lws`), or reuses the running one;
+   (tests/controlplane, `up --with lws`), or reuses the running one;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
@@ -95,7 +95,7 @@ def control_plane() -> Cluster:
         " LeaderWorkerSet controller from tests/controlplane (first run: builds them, with progress)"
     )
     up = subprocess.run(
-        [PY, "-m", "tests.controlplane", "up", "--lws",
+        [PY, "-m", "tests.controlplane", "up", "--with", "lws",
          "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
         cwd=REPO, check=False,
     )  # fmt: skip

@@ -18,35 +18,43 @@ from typing import Any
 from tests.controlplane import (
     ETCD_VERSION,
     K8S_VERSION,
-    LWS_VERSION,
+    REGISTRY,
     REPO_ROOT,
+    BuildError,
     ControlPlane,
     ControlPlaneError,
     cache_dir,
     ensure_binaries,
-    ensure_lws,
     webhook_caller,
 )
+from tests.controlplane.gotools import TOOLS, ensure_tool
 
-DESCRIPTION = f"""\
+
+def _description() -> str:
+    names = "\n".join(f"  {name:<12} {cls.summary}" for name, cls in sorted(REGISTRY.items()))
+    tools = ", ".join(TOOLS)
+    return f"""\
 A real Kubernetes {K8S_VERSION} control plane (etcd {ETCD_VERSION}, kube-apiserver,
-kube-controller-manager, kubectl), built from the Go modules in tests/controlplane/
-and cached under {cache_dir()} (override with AIBOM_CACHE_DIR).
+kube-controller-manager, kubectl) and the real components around it, built from
+Go modules (tests/controlplane/modules/, or upstream source trees where the module
+proxy refuses a module) and cached under {cache_dir()} (AIBOM_CACHE_DIR moves it).
 
 commands:
-  build   build the binaries unless cached (about 5 min the first time), print their folder
+  build   build the binaries unless cached (about 5 min the first time), print their folder;
+          --with NAMES also builds those components, --all every component and tool
   up      start a control plane in the background, install the CRDs from the shared
-          upstream folder (AIBOM_SHARED_DIR), print the kubeconfig path and return
+          upstream folder (AIBOM_SHARED_DIR), start the components of --with, print the
+          kubeconfig path and return
   down    stop the control plane that 'up' started and remove its data
   status  tell whether one is running, and where its kubeconfig is
+  list    the components and tools, one line each
 
-There is no scheduler and no kubelet: Pods are created by the controllers and stay
-Pending. Logs of each process: <state dir>/data/logs/.
+components (--with a,b; each runs as its own ServiceAccount with its release's RBAC):
+{names}
+tools (build --all): {tools}
 
-LeaderWorkerSet: `build --lws` also builds the LWS controller (sigs.k8s.io/lws
-{LWS_VERSION}, tests/controlplane/lws/; about 1.5 min the first time), and `up --lws`
-runs it too: its release's CRDs, ServiceAccount and RBAC, the controller as that
-ServiceAccount, its webhooks on 127.0.0.1.
+There is no kubelet: Pods stay Pending unless a component plays the nodes.
+Logs of each process: <state dir>/data/logs/.
 """
 
 
@@ -88,17 +96,56 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"server:     {state['server']}")
     print(f"kubectl:    {state['kubectl']}")
     print(f"logs:       {state['logs']}")
-    if state.get("lws"):
-        lws = state["lws"]
-        print(f"lws:        LeaderWorkerSet controller {lws['version']} as {lws['user']}")
+    for name, info in state.get("components", {}).items():
+        print(f"{name + ':':<12}{info['summary']} as {info['user'] or 'itself'}")
     print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
     print(f"stop:       cd {REPO_ROOT} && {sys.executable} -m tests.controlplane down")
 
 
+def _names(value: str | None) -> list[str]:
+    """``--with a,b``: known component names, in order (argparse reports the unknown)."""
+    names = [n.strip() for n in (value or "").split(",") if n.strip()]
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        known = ", ".join(sorted(REGISTRY))
+        raise argparse.ArgumentTypeError(
+            f"unknown component(s) {', '.join(unknown)}; known: {known}"
+        )
+    return names
+
+
+def build_all(names: list[str], *, tools: bool = False) -> None:
+    """Build the control plane, the components ``names`` (and what they require) and,
+    with ``tools``, the Go tools: what a test run or the demo needs before it starts."""
+    ensure_binaries()
+    seen: set[str] = set()
+
+    def build(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for needed in REGISTRY[name].requires:
+            build(needed)
+        REGISTRY[name].build()
+
+    for name in names:
+        build(name)
+    for tool in TOOLS if tools else ():
+        ensure_tool(tool)
+
+
 def cmd_build(args: argparse.Namespace) -> int:
+    names = sorted(REGISTRY) if args.all else args.with_
+    build_all(names, tools=args.all)
     print(ensure_binaries())
-    if args.lws:
-        print(ensure_lws() / "bin")
+    return 0
+
+
+def cmd_list(_: argparse.Namespace) -> int:
+    for name, cls in sorted(REGISTRY.items()):
+        print(f"{name:<12} {cls.summary}")
+    for name, tool in TOOLS.items():
+        print(f"{name:<12} {name} {tool.version} (a tool: built, never started)")
     return 0
 
 
@@ -115,19 +162,18 @@ def cmd_status(_: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     state = _read_state()
     if state and _alive(int(state["pid"])):
-        if args.lws and not state.get("lws"):
+        missing = [n for n in args.with_ if n not in state.get("components", {})]
+        if missing:
             print(
-                f"already running (supervisor pid {state['pid']}) without the LWS controller;"
-                " run 'down' first, then 'up --lws'",
+                f"already running (supervisor pid {state['pid']}) without {', '.join(missing)};"
+                f" run 'down' first, then 'up --with {','.join(args.with_)}'",
                 file=sys.stderr,
             )
             return 1
         print(f"already running (supervisor pid {state['pid']})")
         _print_info(state)
         return 0
-    ensure_binaries()  # in the foreground, so the build's progress shows
-    if args.lws:
-        ensure_lws()
+    build_all(args.with_)  # in the foreground, so the builds' progress shows
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -137,8 +183,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         cmd.append("--no-crds")
     if args.webhook_client:
         cmd += ["--webhook-client", args.webhook_client]
-    if args.lws:
-        cmd.append("--lws")
+    if args.with_:
+        cmd += ["--with", ",".join(args.with_)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -220,7 +266,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cp.start()
         if not args.no_crds:
             print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
-        lws = cp.start_lws() if args.lws else None
+        running = {name: cp.start_component(name) for name in args.with_}
         state: dict[str, Any] = {
             "status": "ready",
             "pid": os.getpid(),
@@ -230,14 +276,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "logs": str(directory / "data" / "logs"),
             "pids": cp.pids,
             "version": K8S_VERSION,
-            "lws": None
-            if lws is None
-            else {
-                "version": LWS_VERSION,
-                "user": lws.user,
-                "log": str(lws.log_path),
-                "started_in": round(lws.started_in, 1),
-            },
+            "components": {name: c.info() for name, c in running.items()},
         }
         if caller is not None:
             state["webhook_caller"] = {
@@ -269,12 +308,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.controlplane",
-        description=DESCRIPTION,
+        description=_description(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{build,up,down,status}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{build,up,down,status,list}"
+    )
     build = sub.add_parser("build", help="build the binaries unless cached")
-    build.add_argument("--lws", action="store_true", help="also the LeaderWorkerSet controller")
+    build.add_argument("--all", action="store_true", help="every component and tool")
     build.set_defaults(func=cmd_build)
     up = sub.add_parser("up", help="start in the background and install the CRDs")
     up.set_defaults(func=cmd_up)
@@ -283,12 +324,6 @@ def main(argv: list[str] | None = None) -> int:
     # `up` hands these on to `_serve` (cmd_up): declared once, for both.
     for p in (up, serve):
         p.add_argument("--no-crds", action="store_true", help="do not install the CRDs")
-        p.add_argument(
-            "--lws",
-            action="store_true",
-            help=f"also run the real LeaderWorkerSet controller ({LWS_VERSION}) as its "
-            "ServiceAccount",
-        )
         p.add_argument(
             "--webhook-client",
             metavar="HOST:PORT",
@@ -299,10 +334,21 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     sub.add_parser("down", help="stop what 'up' started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="is one running?").set_defaults(func=cmd_status)
+    sub.add_parser("list", help="the components and tools").set_defaults(func=cmd_list)
+    for p in (build, up, serve):
+        p.add_argument(
+            "--with",
+            dest="with_",
+            type=_names,
+            default=[],
+            metavar="NAMES",
+            help="components to build (and, for up, start), comma-separated: "
+            + ", ".join(sorted(REGISTRY)),
+        )
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except ControlPlaneError as exc:
+    except (ControlPlaneError, BuildError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

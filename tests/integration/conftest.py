@@ -18,11 +18,14 @@ per pytest session):
   a non-zero exit unless ``check=False``. Returns ``CompletedProcess[str]``.
 - ``namespace`` (function): a fresh namespace, named after the test, whose
   default ServiceAccount exists; deleted (without waiting) after the test.
-- ``lws_controller`` (module): the real LeaderWorkerSet controller
-  (``cp.start_lws()``: its release's CRDs, ServiceAccount, RBAC and webhooks)
-  running on ``control_plane`` for the tests of one module, stopped after it
-  (its webhook configurations deleted) so that other modules can play LWS
-  children by hand. Its build is cached like the control plane's.
+- ``components`` (module): the real components a module names with
+  ``pytestmark = pytest.mark.components("lws", ...)`` (tests/controlplane/
+  components/: operators, engines, registries), started on ``control_plane``
+  for the tests of that module as their own ServiceAccounts with their
+  releases' RBAC, and stopped after it (their webhook configurations deleted)
+  so that other modules can play their children by hand. A mapping from name
+  to the running :class:`tests.controlplane.Component`. Their builds are
+  cached like the control plane's and made before the first test.
 
 For the annotator's tests (a module that needs other ones defines its own
 fixture of the same name, which pytest prefers):
@@ -67,14 +70,9 @@ from types import FrameType
 
 import pytest
 
-from tests.controlplane import (
-    ControlPlane,
-    ControlPlaneError,
-    Kubectl,
-    LwsController,
-    ensure_binaries,
-    ensure_lws,
-)
+from tests.controlplane import Component, ControlPlane, ControlPlaneError, Kubectl
+from tests.controlplane.__main__ import build_all
+from tests.controlplane.gotools import ensure_tool
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -88,7 +86,6 @@ from tests.integration.support import (
 )
 
 _BUILD_ERROR: list[BaseException] = []
-_LWS_BUILD_ERROR: list[BaseException] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,6 +94,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers", "gotools(*names): Go tools (helm, promtool) built before the first test"
+    )
+    config.addinivalue_line(
+        "markers",
+        "components(*names): real components (tests/controlplane/components) the module's"
+        " `components` fixture starts; built before the first test",
     )
     # SIGTERM (a CI timeout, `kill`) would end pytest without running any
     # teardown; as KeyboardInterrupt, the fixtures stop the control plane.
@@ -109,42 +111,32 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.get_closest_marker("integration") for item in session.items):
-        try:
-            ensure_binaries()
-        except Exception as exc:  # reported by the control_plane fixture, loudly
-            _BUILD_ERROR.append(exc)
-    if any("lws_controller" in getattr(item, "fixturenames", ()) for item in session.items):
-        try:  # before the first test, like the control plane: a build is no test's time
-            ensure_lws()
-        except Exception as exc:  # reported by the lws_controller fixture
-            _LWS_BUILD_ERROR.append(exc)
-    _build_go_tools(session)
-
-
-# helm and promtool (tests/controlplane/gotools.py) for the modules
-# marked `gotools("helm", ...)`, built here for the same reason as the control
-# plane: a cold build takes minutes and must not count against a test's
-# timeout. A failure is not raised here: the module's fixture calls
-# ensure_tool() again and fails with the build error.
-def _build_go_tools(session: pytest.Session) -> None:
+def _marked(session: pytest.Session, marker: str) -> list[str]:
     names: list[str] = []
     for item in session.items:
-        marker = item.get_closest_marker("gotools")
-        names += [str(n) for n in (marker.args if marker else ()) if n not in names]
-    if names:
-        from tests.controlplane.gotools import ensure_tool
+        for mark in item.iter_markers(marker):
+            names += [str(n) for n in mark.args if n not in names]
+    return names
 
-        for name in names:
-            with contextlib.suppress(Exception):
-                ensure_tool(name)
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build what the collected tests need before the first one starts: a cold build
+    takes minutes and must not count against a test's timeout. A failure is not
+    raised here: the fixture that needs the build fails with its error, loudly."""
+    if not any(item.get_closest_marker("integration") for item in session.items):
+        return
+    try:
+        build_all(_marked(session, "components"))
+        for name in _marked(session, "gotools"):
+            ensure_tool(name)
+    except Exception as exc:
+        _BUILD_ERROR.append(exc)
 
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     if _BUILD_ERROR:
-        pytest.fail(f"cannot build the control-plane binaries: {_BUILD_ERROR[0]}", pytrace=False)
+        pytest.fail(f"cannot build what the tests need: {_BUILD_ERROR[0]}", pytrace=False)
     try:
         cp = ControlPlane().start()
     except ControlPlaneError as exc:
@@ -170,17 +162,21 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
 
 
 @pytest.fixture(scope="module")
-def lws_controller(control_plane: ControlPlane) -> Iterator[LwsController]:
-    if _LWS_BUILD_ERROR:
-        pytest.fail(f"cannot build the LWS controller: {_LWS_BUILD_ERROR[0]}", pytrace=False)
+def components(
+    control_plane: ControlPlane, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Component]]:
+    names = [str(n) for mark in request.node.iter_markers("components") for n in mark.args]
+    started: dict[str, Component] = {}
     try:
-        lws = control_plane.start_lws()
-    except ControlPlaneError as exc:
-        pytest.fail(f"cannot start the LWS controller: {exc}", pytrace=False)
-    try:
-        yield lws
+        for name in names:
+            try:
+                started[name] = control_plane.start_component(name)
+            except ControlPlaneError as exc:
+                pytest.fail(f"cannot start the component {name}: {exc}", pytrace=False)
+        yield started
     finally:
-        control_plane.stop_lws()
+        for name in reversed(names):
+            control_plane.stop_component(name)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """A minimal OpenID Connect identity provider, for tests only (OIDC credentials).
 
 An HTTPS server on loopback, in the test process, with its own CA (the
-harness's `_CA`). It serves what kube-apiserver and the `kubernetes`
+harness's `identity.CA`). It serves what kube-apiserver and the `kubernetes`
 package's `oidc` auth-provider read, and nothing else:
 
 - `/.well-known/openid-configuration`: issuer, `jwks_uri`, `token_endpoint`;
@@ -33,7 +33,8 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.controlplane import _CA, OidcIssuer, _pem_cert, _pem_key, _write
+from tests.controlplane import OidcIssuer
+from tests.controlplane.identity import CA, pem_cert, pem_key, write
 
 
 def b64url(data: bytes) -> str:
@@ -73,12 +74,12 @@ class FakeIdP:
         self.refusing = False  # answer every refresh invalid_grant (a revoked grant)
         self.discovery_status = 200  # e.g. 503: the discovery document unavailable
         directory.mkdir(parents=True, exist_ok=True)
-        ca = _CA.create("aibom-test-idp-ca")
+        ca = CA.create("aibom-test-idp-ca")
         key, cert = ca.issue("127.0.0.1", server=True, ip_addresses=["127.0.0.1"])
-        self.ca_pem = _pem_cert(ca.cert)
-        self.ca_file = _write(directory / "idp-ca.crt", self.ca_pem, 0o644)
-        cert_file = _write(directory / "idp.crt", _pem_cert(cert), 0o644)
-        key_file = _write(directory / "idp.key", _pem_key(key))
+        self.ca_pem = pem_cert(ca.cert)
+        self.ca_file = write(directory / "idp-ca.crt", self.ca_pem, 0o644)
+        cert_file = write(directory / "idp.crt", pem_cert(cert), 0o644)
+        key_file = write(directory / "idp.key", pem_key(key))
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(cert_file, key_file)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))

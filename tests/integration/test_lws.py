@@ -28,16 +28,11 @@ from pathlib import Path
 import pytest
 
 from aibom_core.objects import Obj
-from tests.controlplane import (
-    LWS_NAMESPACE,
-    LWS_SERVICE_ACCOUNT,
-    LWS_VERSION,
-    REPO_ROOT,
-    ControlPlane,
-    Kubectl,
-    LwsController,
-    bind_rules,
-)
+from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules
+from tests.controlplane.components.lws import NAMESPACE as LWS_NAMESPACE
+from tests.controlplane.components.lws import SERVICE_ACCOUNT as LWS_SERVICE_ACCOUNT
+from tests.controlplane.components.lws import VERSION as LWS_VERSION
+from tests.controlplane.components.lws import Lws
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -56,7 +51,7 @@ from tests.integration.support import (
     wait_registered,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.components("lws")]
 
 LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
 LEADER_IMAGE = "registry.example/lws/leader"
@@ -270,7 +265,15 @@ def assert_stamped(cp: ControlPlane, ns: str, name: str, pod_list: list[Obj]) ->
 
 
 @pytest.fixture(scope="module")
-def webhook(lws_controller: LwsController, start_webhook: StartWebhook) -> Webhook:
+def lws_controller(components: dict[str, Component]) -> Lws:
+    """The real LeaderWorkerSet controller, running for this module."""
+    lws = components["lws"]
+    assert isinstance(lws, Lws)
+    return lws
+
+
+@pytest.fixture(scope="module")
+def webhook(lws_controller: Lws, start_webhook: StartWebhook) -> Webhook:
     """Our webhook as shipped (as test_webhook.py runs it), beside LWS's own (which
     starts before it and stops after it: the fixtures' order)."""
     return start_webhook(user="aibom-webhook-lws", name="aibom-rollup-lws-test")
@@ -320,7 +323,7 @@ def kubelet(control_plane: ControlPlane, ns: str) -> Iterator[Kubelet]:
 
 
 def test_controller_runs_as_its_service_account_with_its_release_rbac(
-    control_plane: ControlPlane, kubectl: Kubectl, lws_controller: LwsController
+    control_plane: ControlPlane, kubectl: Kubectl, lws_controller: Lws
 ) -> None:
     user = f"system:serviceaccount:{LWS_NAMESPACE}:{LWS_SERVICE_ACCOUNT}"
     assert lws_controller.user == user
@@ -519,7 +522,7 @@ def guard(kubectl: Kubectl) -> Iterator[None]:
 
 @pytest.mark.usefixtures("guard")
 def test_the_real_controllers_edges_pass_the_provenance_guard(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, lws_controller: LwsController
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, lws_controller: Lws
 ) -> None:
     """Every controller reference of the LWS chain is set by a real controller with
     its real RBAC (LWS's ServiceAccount: leader and worker StatefulSets; Kubernetes'

@@ -174,8 +174,6 @@ def test_table_has_both_rows_and_says_what_each_documents() -> None:
 def test_a_missing_source_tree_is_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AIBOM_PEER_SRC", str(tmp_path))
-    monkeypatch.setenv("AIBOM_SHARED_DIR", str(tmp_path))
-    monkeypatch.setattr(peer, "REPO", tmp_path / "a" / "b")
-    with pytest.raises(BuildError, match="AIBOM_PEER_SRC"):
+    monkeypatch.setattr(peer, "upstream_source_dirs", lambda: [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(BuildError, match="AIBOM_UPSTREAM_SRC"):
         peer.peer_src()

@@ -1,16 +1,17 @@
 // This module builds a real Kubernetes control plane (kube-apiserver,
-// kube-controller-manager, kubectl) and etcd from the Go module proxy, for the
+// kube-controller-manager, kube-scheduler, kubectl) and etcd from the Go module proxy, for the
 // integration tests. See README.md.
 module aibomrollup.test/controlplane
 
 go 1.26.0
 
-// The four binaries are upstream's own main packages, built as tools of this
+// The five binaries are upstream's own main packages, built as tools of this
 // module: nothing of them is copied here.
 tool (
 	go.etcd.io/etcd/server/v3
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
+	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubectl
 )
 

@@ -1,0 +1,172 @@
+"""The shape of a component: a real program run beside the control plane.
+
+An operator, a policy engine, a registry, a scheduler: each is one short module of
+``tests/controlplane/components/`` with one :class:`Component` subclass that says
+
+- **what to build**: :meth:`Component.build` (a :class:`~tests.controlplane.gobuild.GoBuild`
+  through the one builder; cached, locked, with progress), called before any
+  test starts so that no build counts against a test's timeout;
+- **how to start it**: :meth:`Component.start`, which applies what its release
+  applies (CRDs, Namespace, ServiceAccount, RBAC), runs it as **its own
+  ServiceAccount** (:meth:`Component.run_as`: a TokenRequest token, never admin),
+  serves its webhooks on loopback with a ``caBundle`` (:meth:`Component.webhooks_on_loopback`),
+  and returns once it is ready;
+- **how to know it is ready**, inside ``start`` (:meth:`Component.wait`);
+- **how to stop it**: :meth:`Component.stop` (its processes; the webhook
+  configurations it registered, so that nothing refuses writes once it is gone).
+
+Components register themselves by name (:func:`register`); a control plane
+starts one with ``plane.start_component(name)`` (its ``requires`` first), the
+pytest fixture ``components`` starts the ones a test module names with
+``pytest.mark.components(...)``, and ``python -m tests.controlplane up --with
+a,b`` starts them for the demo and by hand. The benches use the same calls.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tests.controlplane.paths import log
+from tests.controlplane.process import Process
+
+if TYPE_CHECKING:
+    from tests.controlplane.plane import ControlPlane
+
+#: Every known component class, by name (filled by :func:`register`).
+REGISTRY: dict[str, type[Component]] = {}
+
+#: How long a ServiceAccount token of a component lasts (a test session, a demo).
+TOKEN_SECONDS = 7 * 24 * 3600
+
+
+def register(cls: type[Component]) -> type[Component]:
+    """Class decorator: make ``cls`` startable by its ``name``."""
+    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+        raise ValueError(f"two components are named {cls.name!r}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+class Component:
+    """Base class: subclasses set the class attributes and implement :meth:`start`."""
+
+    #: How tests, ``up --with`` and the demo name it.
+    name: ClassVar[str]
+    #: One line for ``--help``: what it is, at which version.
+    summary: ClassVar[str]
+    #: Components that must run before this one (started first, by name).
+    requires: ClassVar[tuple[str, ...]] = ()
+    #: CRD files of :data:`DEFAULT_CRD_FILES` (by file-name prefix) whose CRDs its
+    #: release installs instead: ``plane.install_crds()`` leaves them alone while it runs.
+    owns_crd_files: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.processes: list[Process] = []
+        self.webhook_configurations: list[tuple[str, str]] = []  # (kind, name)
+        self.started_in = 0.0
+        self.user = ""
+        self.kubeconfig = Path()
+
+    # ---------------------------------------------------------------- the interface
+    @classmethod
+    def build(cls) -> None:
+        """Build what it runs, unless cached (a no-op for what needs no build)."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Delete the webhook configurations it registered, then stop its processes."""
+        for kind, name in self.webhook_configurations:
+            self.plane.kubectl("delete", kind.lower(), name, "--ignore-not-found", check=False)
+        self.webhook_configurations.clear()
+        for proc in reversed(self.processes):
+            proc.stop(self.plane.stop_grace)
+        self.processes.clear()
+
+    def info(self) -> dict[str, Any]:
+        """What ``up`` writes to its state file and prints."""
+        return {
+            "summary": self.summary,
+            "user": self.user,
+            "logs": [str(p.log_path) for p in self.processes],
+            "started_in": round(self.started_in, 1),
+        }
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def work_dir(self) -> Path:
+        """A folder of its own under the control plane's data folder."""
+        assert self.plane.data_dir is not None
+        path = self.plane.data_dir / "components" / self.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def log_path(self) -> Path:
+        """The log of its (first) process."""
+        return self.processes[0].log_path
+
+    @property
+    def pid(self) -> int | None:
+        return self.processes[0].pid if self.processes else None
+
+    def run_as(self, namespace: str, service_account: str) -> Path:
+        """A kubeconfig of the ServiceAccount (a TokenRequest token): the identity the
+        component runs as, bound only by its release's RBAC. Sets :attr:`user`."""
+        self.user = f"system:serviceaccount:{namespace}:{service_account}"
+        self.kubeconfig = self.plane.service_account_kubeconfig(
+            namespace, service_account, self.work_dir / "kubeconfig", TOKEN_SECONDS
+        )
+        return self.kubeconfig
+
+    def spawn(
+        self,
+        name: str,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> Process:
+        """Start one of its processes (log in the control plane's log folder)."""
+        assert self.plane.data_dir is not None
+        proc = Process(name, args, self.plane.data_dir / "logs" / f"{name}.log", env=env, cwd=cwd)
+        self.processes.append(proc)
+        return proc.start()
+
+    def wait(self, what: str, ready: Callable[[], bool], timeout: float = 120.0) -> None:
+        """Wait for ``ready()``; fail early when one of its processes exits."""
+        first, *others = self.processes
+        first.wait_ready(f"{self.name}: {what}", ready, timeout, also=others)
+
+    def webhooks_on_loopback(
+        self, docs: Iterable[dict[str, Any]], port: int
+    ) -> list[dict[str, Any]]:
+        """Its release's webhook configurations with each ``clientConfig.service``
+        replaced by ``url: https://127.0.0.1:<port><path>`` and the cluster CA as
+        ``caBundle``; remembered, so :meth:`stop` deletes them."""
+        hooks = []
+        for original in docs:
+            doc = json.loads(json.dumps(original))
+            for hook in doc.get("webhooks", []):
+                service = hook["clientConfig"].get("service") or {}
+                path = service.get("path", "/")
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{port}{path}",
+                    "caBundle": self.plane.ca_bundle,
+                }
+            hooks.append(doc)
+            self.webhook_configurations.append((doc["kind"], doc["metadata"]["name"]))
+        return hooks
+
+    def began(self) -> float:
+        return time.monotonic()
+
+    def ready_after(self, began: float) -> None:
+        self.started_in = time.monotonic() - began
+        log(f"{self.summary} ready as {self.user or 'itself'} in {self.started_in:.1f} s")
