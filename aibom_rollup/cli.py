@@ -3,6 +3,9 @@
 Subcommands:
   scan       offline: read a `kubectl get -A -o json` dump, write or summarise AIBOMs
   tree       offline: print the ownership forest with every object's stamp
+  find       offline: the roots whose AIBOM has an image, model, runtime, framework or API
+  models     offline: one row per model, with the roots serving it
+  runtimes   offline: one row per runtime and version, with the roots running it
   kinds      print the kind registry in effect (the YAML a user would extend)
   policy     print the provenance guard (ValidatingAdmissionPolicy) for the registry
   webhook    run the mutating admission webhook
@@ -17,6 +20,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad input or usage.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import os
@@ -30,7 +34,7 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from aibom_core.bom import Facts, FactsCache, facts_of, input_hash, render
-from aibom_core.dump import Dump, DumpError, load
+from aibom_core.dump import Dump
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, SHIPPED_PATH
 from aibom_core.guard import render as render_policy
@@ -54,52 +58,9 @@ from aibom_edge.options import (
     registry_of,
     tool_version,
 )
+from aibom_rollup.inputs import read_dump
 
 PROG = "aibom-rollup"
-INPUT_SUFFIXES = (".json", ".yaml", ".yml")
-
-
-# -- reading dumps -----------------------------------------------------------
-
-
-def _input_files(path: str) -> Iterator[tuple[bytes, str]]:
-    if path == "-":
-        if sys.stdin.isatty():
-            raise UsageError("no input: give a FILE or DIR, or pipe `kubectl get -A -o json`")
-        yield sys.stdin.buffer.read(), "<stdin>"
-        return
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(
-            f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES
-        )
-        if not files:
-            raise UsageError(f"{path}: no .json, .yaml or .yml files in this directory")
-    elif p.exists():
-        files = [p]
-    else:
-        raise UsageError(f"{path}: no such file or directory")
-    for f in files:
-        try:
-            yield f.read_bytes(), str(f)
-        except OSError as exc:
-            raise UsageError(f"{f}: {exc.strerror or exc}") from None
-
-
-def read_dump(paths: Sequence[str]) -> Dump:
-    # A short-lived batch over acyclic JSON trees: the cyclic garbage collector
-    # would only rescan the growing heap again and again (a third of the time
-    # of a 100,000-object scan). Reference counting still frees everything.
-    gc.disable()
-
-    def inputs() -> Iterator[tuple[bytes, str]]:
-        for path in paths or ["-"]:
-            yield from _input_files(path)
-
-    try:
-        return load(inputs())
-    except DumpError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _graph(args: argparse.Namespace, dump: Dump) -> OwnershipGraph:
@@ -734,6 +695,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     _offline_options(tree)
 
+    _query_commands(sub)
+
     kinds = sub.add_parser(
         "kinds",
         help="print the kind registry in effect",
@@ -775,6 +738,48 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         mod.configure_parser(p)
         p.set_defaults(func=_runner(mod.run))
     return parser
+
+
+def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`find`, `models`, `runtimes` over a dump or a directory of documents: the
+    commands of `kubectl aibom`, with the same filters and output (every namespace
+    unless -n)."""
+    from aibom_rollup import kubectl_aibom as plugin
+
+    helps = {
+        "find": "offline: the roots whose AIBOM has an image, model, runtime, framework or API",
+        "models": "offline: one row per model, with the roots serving it",
+        "runtimes": "offline: one row per runtime and version, with the roots running it",
+    }
+    for name, help_text in helps.items():
+        p = _offline_command(
+            sub,
+            name,
+            cmd_query,
+            help=help_text,
+            description=f"`kubectl aibom {name}` over a `kubectl get -A -o json` dump (the "
+            "AIBOM ConfigMaps it holds, else documents built from its workloads, as scan "
+            "does) or a directory of AIBOM documents (`scan -o DIR`, exported documents). "
+            "Every namespace unless -n.",
+        )
+        if name == "find":
+            plugin.add_find_filters(p)
+            p.epilog = plugin.FIND_EPILOG
+        p.add_argument("-n", "--namespace", metavar="NS", help="only this namespace")
+        plugin.add_query_output(p)
+        add_core_options(p)
+        p.set_defaults(query=name)
+
+
+def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
+    from aibom_rollup import kubectl_aibom as plugin
+
+    args.all_namespaces = not args.namespace
+    args.selector = None
+    args.max_depth = max_depth_of(args)
+    keys = keys_of(args)
+    source = plugin.offline_source(args, registry_of(args), keys, paths=args.inputs or ["-"])
+    return asyncio.run(plugin.COMMANDS[args.query](args, source, keys, out))
 
 
 _OFFLINE_KEY_HELP = (

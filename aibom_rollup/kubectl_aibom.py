@@ -7,14 +7,18 @@ plugin. Subcommands:
                       and how it compares with the stamp the object carries
   tree [KIND/NAME]    from a root (or every root) downward: what its AIBOM covers
   get [ROOT]          a root's AIBOM (CycloneDX JSON), or a table of AIBOMs
-  find --image REF    the roots whose AIBOM contains an image or digest
+  find                the roots whose AIBOM has an image, model, runtime (or a
+                      version range of one), agent framework or LLM API
+  models              one row per model: the roots serving it, where, how sure
+  runtimes            one row per runtime and version: the roots running it
 
 kubectl's habits: --kubeconfig, --context, -n/--namespace, -A, -o, -l; errors
 on stderr as `error: ...`; exit code 0 on success, 1 when the cluster could
 not answer or the object does not exist, 2 for a usage error. Names take every
 form kubectl takes (`deploy/web`, `deployments.apps/web`, `deploy web`) and
 the stamp's own `<Kind>/<name>` (paste `aibom.dev/root`). `--from-file DUMP`
-answers from a `kubectl get -o json` dump instead of the cluster, with the
+answers from a `kubectl get -o json` dump (or, for get, find, models and
+runtimes, a directory of AIBOM documents) instead of the cluster, with the
 same output.
 """
 
@@ -31,6 +35,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from aibom_core import query
 from aibom_core.explain import Explanation, explanation, traced
 from aibom_core.kindnames import Target, TargetError, parse_target
 from aibom_core.kinds import KindRegistry
@@ -50,8 +55,15 @@ from aibom_edge.options import (
     tool_version,
 )
 from aibom_rollup import render
-from aibom_rollup.cli import read_dump
-from aibom_rollup.sources import Doc, DumpSource, LiveSource, Source, SourceError
+from aibom_rollup.inputs import read_offline
+from aibom_rollup.sources import (
+    Doc,
+    DocumentsSource,
+    DumpSource,
+    LiveSource,
+    Source,
+    SourceError,
+)
 
 PROG = "kubectl aibom"
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -73,8 +85,8 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument(
         "--from-file",
         metavar="DUMP",
-        help="answer from a `kubectl get -A -o json` dump (file, directory or -) "
-        "instead of the cluster",
+        help="answer from a `kubectl get -A -o json` dump (file, directory or -), or from "
+        "a directory of AIBOM documents (get, find, models, runtimes), instead of the cluster",
     )
     r = p.add_argument_group("roll-up (as the webhook and the annotator are configured)")
     add_core_options(p)
@@ -94,6 +106,34 @@ def _scope_options(p: argparse.ArgumentParser, *, selector: bool = True) -> None
         p.add_argument(
             "-l", "--selector", metavar="SELECTOR", help="label selector on the ConfigMaps"
         )
+
+
+FIND_EPILOG = (
+    "--image REF: a digest (sha256:<hex> or the bare hex), a repository (any tag), "
+    "repo:tag, repo@sha256:<hex>, or a glob on the repository ('*vllm*'). --model "
+    "ID[@REVISION]: e.g. Qwen/Qwen3-0.6B. --runtime NAME, NAME@VERSION, or NAME then a "
+    "PEP 440 range: 'vllm<0.9', 'vllm@>=0.6,<0.9' (a version that is no PEP 440 "
+    "version, such as latest, is never in a range: a note says which). --framework "
+    "NAME: an agent framework (langchain, crewai, ...). --service NAME: an LLM API the "
+    "workload calls (openai, anthropic, ...). Names match case-insensitively; a "
+    "pattern with * ? [ is a glob."
+)
+
+
+def add_find_filters(p: argparse.ArgumentParser) -> None:
+    """The filters of `find` (here and in `aibom-rollup find`); each may repeat."""
+    g = p.add_argument_group("filters (a root must match every one given)")
+    g.add_argument("--image", action="append", default=[], metavar="REF")
+    g.add_argument("--model", action="append", default=[], metavar="ID[@REVISION]")
+    g.add_argument("--runtime", action="append", default=[], metavar="NAME[RANGE]")
+    g.add_argument("--framework", action="append", default=[], metavar="NAME")
+    g.add_argument("--service", action="append", default=[], metavar="NAME")
+
+
+def add_query_output(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o", "--output", choices=["table", "wide", "json", "yaml", "csv"], default="table"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,14 +187,31 @@ def build_parser() -> argparse.ArgumentParser:
     fd = sub.add_parser(
         "find",
         parents=[common],
-        help="the roots whose AIBOM contains an image or digest",
-        description="REF is a digest (sha256:<hex>, or the bare hex), a repository "
-        "(any tag), repo:tag, or repo@sha256:<hex>. Prints one line per matching root "
-        "and image; nothing matched is not an error (exit 0, a note on stderr).",
+        help="the roots whose AIBOM has an image, model, runtime, framework or LLM API",
+        description="One line per component of each matching root: which root, its "
+        "namespace, what matched, its confidence (-o wide: the evidence that named it). "
+        "Filters combine (a root must match every one given; each may repeat). Nothing "
+        "matched is not an error (exit 0, a note on stderr).",
+        epilog=FIND_EPILOG,
     )
-    fd.add_argument("--image", required=True, metavar="REF")
+    add_find_filters(fd)
     _scope_options(fd)
-    fd.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
+    add_query_output(fd)
+
+    for name, what in (("models", "model"), ("runtimes", "runtime")):
+        inv = sub.add_parser(
+            name,
+            parents=[common],
+            help=f"one row per {what}: the roots that use it, where, and how sure",
+            description=f"The {what} inventory of the AIBOMs of the namespace (-A: of the "
+            f"cluster; -l selects on the ConfigMaps' labels): one row per {what}"
+            + (" and revision" if what == "model" else " and version")
+            + ", with the roots that use it, their namespaces and the weakest confidence "
+            "among them (-o wide: the roots by name). -o csv for a spreadsheet. Reads the "
+            "AIBOM ConfigMaps with one list.",
+        )
+        _scope_options(inv)
+        add_query_output(inv)
     return parser
 
 
@@ -374,52 +431,183 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
     return 0
 
 
-async def cmd_find(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
-    ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
-    docs = await source.documents(ns, args.selector)
-    hits = [
-        (d, row)
-        for d in docs
-        for row in render.document_rows(d.body)
-        if render.image_matches(row, args.image)
-    ]
-    if args.output in ("json", "yaml"):
-        _emit(
-            [
-                {
-                    "namespace": d.namespace,
-                    "root": d.root,
-                    "configMap": d.configmap,
-                    "image": row.reference or row.name,
-                    "digests": list(row.digests),
-                    "confidence": row.confidence,
-                }
-                for d, row in hits
-            ],
-            args.output,
-            out,
+def _filters(args: argparse.Namespace) -> list[query.Filter]:
+    try:
+        filters = [query.image_filter(t) for t in args.image]
+        filters += [query.model_filter(t) for t in args.model]
+        filters += [query.runtime_filter(t) for t in args.runtime]
+        filters += [query.name_filter("--framework", "framework", t) for t in args.framework]
+        filters += [query.name_filter("--service", "service", t) for t in args.service]
+    except query.QueryError as exc:
+        raise UsageError(str(exc)) from None
+    if not filters:
+        raise UsageError(
+            "find needs at least one of --image, --model, --runtime, --framework, --service"
         )
+    return filters
+
+
+def _wanted(filters: Sequence[query.Filter]) -> str:
+    if len(filters) == 1 and filters[0].option == "--image":
+        return filters[0].text  # "contains <ref>", as before the other filters came
+    return "matches " + " and ".join(f"{f.option} {f.text}" for f in filters)
+
+
+def _where(ns: str | None) -> str:
+    return f'namespace "{ns}"' if ns else "the cluster"
+
+
+async def cmd_find(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
+    filters = _filters(args)
+    ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
+    hits: list[tuple[Doc, query.Hit]] = []
+    for d in await source.documents(ns, args.selector):
+        parts = query.parts_of(d.body)
+        hits += [(d, hit) for hit in query.find(parts, filters)]
+        for part in query.uncomparable(parts, filters):
+            print(
+                f"note: {render.clean(d.root)} (namespace {render.clean(d.namespace)}) runs "
+                f"{render.clean(part.name)} at version {render.clean(part.version or '(none)')}"
+                ", which no range can place: it is not in the results",
+                file=sys.stderr,
+            )
+    if args.output in ("json", "yaml"):
+        _emit([_hit_item(d, h) for d, h in hits], args.output, out)
         return 0
-    if not hits:
-        where = f'namespace "{ns}"' if ns else "the cluster"
-        print(f"No AIBOM in {where} contains {args.image}.", file=sys.stderr)
+    if not hits and args.output != "csv":
+        print(f"No AIBOM in {_where(ns)} {_contains(filters)}.{_hint(filters)}", file=sys.stderr)
         return 0
-    header = ["NAMESPACE", "ROOT", "IMAGE", "DIGEST", "CONFIDENCE"]
-    rows = [
-        [
-            d.namespace,
-            d.root,
-            row.reference or row.name,
-            (", ".join(row.digests) if args.output == "wide" else row.digest) or "-",
-            row.confidence or "-",
-        ]
-        for d, row in hits
-    ]
-    out.write(render.table(header, rows))
+    header = ["NAMESPACE", "ROOT", "MATCHED", "NAME", "DIGEST", "CONFIDENCE"]
+    wide = args.output in ("wide", "csv")
+    if wide:
+        header.append("EVIDENCE")
+    rows = []
+    for d, hit in hits:
+        part = hit.part
+        name = part.reference or part.name
+        if part.version and not part.reference:
+            name += f"@{part.version}"
+        digests = ", ".join(part.digests) if wide else (part.digests[0] if part.digests else "")
+        none = "" if args.output == "csv" else "-"
+        row = [d.namespace, d.root, part.role, name, digests or none, part.confidence or none]
+        if wide:
+            row.append(", ".join(loc for _, loc in part.evidence) or none)
+        rows.append(row)
+    out.write(render.csv_text(header, rows) if args.output == "csv" else render.table(header, rows))
     return 0
 
 
-COMMANDS = {"explain": cmd_explain, "tree": cmd_tree, "get": cmd_get, "find": cmd_find}
+def _hint(filters: Sequence[query.Filter]) -> str:
+    """For ``--image vllm``: a word is a repository (docker.io/library/vllm), not a part of one."""
+    words = [
+        f.text for f in filters if f.option == "--image" and not any(c in f.text for c in "/:@*?[")
+    ]
+    return f" (a glob matches a part of a repository: --image '*{words[0]}*')" if words else ""
+
+
+def _contains(filters: Sequence[query.Filter]) -> str:
+    wanted = _wanted(filters)
+    return wanted if wanted.startswith("matches ") else f"contains {wanted}"
+
+
+def _hit_item(d: Doc, hit: query.Hit) -> dict[str, Any]:
+    part = hit.part
+    item: dict[str, Any] = {
+        "namespace": d.namespace,
+        "root": d.root,
+        "configMap": d.configmap,
+        "matched": list(hit.options),
+        "component": {
+            "kind": part.role,
+            "name": part.name,
+            "version": part.version or None,
+            "bomRef": part.bom_ref,
+        },
+        "confidence": part.confidence,
+        "evidence": [{"source": s, "locator": loc} for s, loc in part.evidence],
+        "digests": list(part.digests),
+    }
+    if part.role == "image":
+        item["image"] = part.reference or part.name
+    return item
+
+
+async def cmd_models(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
+    return await _inventory(args, source, out, role="model", title=("MODEL", "REVISION"))
+
+
+async def cmd_runtimes(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
+    return await _inventory(args, source, out, role="runtime", title=("RUNTIME", "VERSION"))
+
+
+async def _inventory(
+    args: argparse.Namespace, source: Source, out: TextIO, *, role: str, title: tuple[str, str]
+) -> int:
+    ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
+    docs = await source.documents(ns, args.selector)
+    rows = query.inventory(((d.namespace, d.root, query.parts_of(d.body)) for d in docs), role)
+    if args.output in ("json", "yaml"):
+        key = "model" if role == "model" else "runtime"
+        version = "revision" if role == "model" else "version"
+        data = [
+            {
+                key: r.name,
+                version: r.version or None,
+                "namespaces": list(r.namespaces),
+                "weakestConfidence": r.weakest,
+                "roots": [
+                    {"namespace": u.namespace, "root": u.root, "confidence": u.confidence}
+                    for u in r.uses
+                ],
+            }
+            for r in rows
+        ]
+        _emit({"items": data}, args.output, out)
+        return 0
+    if not rows and args.output != "csv":
+        print(f"No {role}s in the AIBOMs of {_where(ns)}.", file=sys.stderr)
+        return 0
+    header = [*title, "ROOTS", "NAMESPACES", "CONFIDENCE"]
+    wide = args.output in ("wide", "csv")
+    if wide:
+        header.append("ROOT NAMES")
+    table = []
+    none = "" if args.output == "csv" else "-"
+    for r in rows:
+        line = [r.name, r.version or none, str(len(r.uses)), ",".join(r.namespaces), r.weakest]
+        if wide:
+            line.append(",".join(f"{u.namespace}/{u.root}" for u in r.uses))
+        table.append(line)
+    write = render.csv_text if args.output == "csv" else render.table
+    out.write(write(header, table))
+    return 0
+
+
+COMMANDS = {
+    "explain": cmd_explain,
+    "tree": cmd_tree,
+    "get": cmd_get,
+    "find": cmd_find,
+    "models": cmd_models,
+    "runtimes": cmd_runtimes,
+}
+
+
+def offline_source(
+    args: argparse.Namespace, registry: KindRegistry, keys: Keys, *, paths: Sequence[str] = ()
+) -> Source:
+    """The source of ``--from-file`` (or of ``aibom-rollup``'s offline inputs): a dump,
+    or a set of AIBOM documents."""
+    offline = read_offline(list(paths) or [args.from_file])
+    if offline.dump is None:
+        return DocumentsSource(offline.documents, registry=registry)
+    return DumpSource(
+        offline.dump,
+        registry=registry,
+        prefix=keys.prefix,
+        tool_version=tool_version(),
+        max_depth=args.max_depth,
+    )
 
 
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
@@ -428,14 +616,7 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
     args.max_depth = max_depth_of(args)
     command = COMMANDS[args.command]
     if args.from_file:
-        source: Source = DumpSource(
-            read_dump([args.from_file]),
-            registry=registry,
-            prefix=keys.prefix,
-            tool_version=tool_version(),
-            max_depth=args.max_depth,
-        )
-        return await command(args, source, keys, out)
+        return await command(args, offline_source(args, registry, keys), keys, out)
     namespace = await asyncio.to_thread(_context_namespace, args.kubeconfig, args.context)
     opener = Kube.from_kubeconfig(
         args.kubeconfig, context=args.context, request_timeout=args.request_timeout, pool_size=8
@@ -469,6 +650,10 @@ _VALUED = frozenset(
         "-l",
         "--selector",
         "--image",
+        "--model",
+        "--runtime",
+        "--framework",
+        "--service",
     }
 )
 _TOP_LEVEL = frozenset({"-h", "--help", "--version", "--debug"})

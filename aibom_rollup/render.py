@@ -7,6 +7,8 @@ the command module does the reading and the writing. Colour is an argument
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -434,3 +436,26 @@ def image_matches(row: Row, query: str) -> bool:
         return parsed.digest in row.digests or parsed.digest == mine.digest
     written_tag = ":" in q.rpartition("/")[2]
     return not written_tag or parsed.tag == mine.tag
+
+
+# -- CSV -----------------------------------------------------------------------
+
+#: What a spreadsheet reads as the start of a formula (OWASP "CSV injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """A cell a spreadsheet shows as text: a value that would start a formula
+    (``=HYPERLINK(...)`` as a model name) gets a leading ``'``, and control
+    characters are escaped as everywhere else."""
+    text = clean(text)
+    return f"'{text}" if text.startswith(_FORMULA_START) else text
+
+
+def csv_text(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """RFC 4180 CSV (quoted where needed, CRLF line ends), every cell through csv_cell."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    writer.writerows([csv_cell(c) for c in row] for row in rows)
+    return buf.getvalue()

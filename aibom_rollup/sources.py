@@ -11,6 +11,10 @@ One interface, two readers, so every subcommand has exactly one code path and
   `lookup` behaves like a live GET (the walk's UID check decides); documents
   are the dump's AIBOM ConfigMaps when it holds any, else the core builds them
   from the dump's workloads, as `aibom-rollup scan` does.
+- `DocumentsSource` answers from AIBOM documents read from files (a directory
+  `aibom-rollup scan -o DIR` wrote, or exported documents): the questions about
+  documents (`get`, `find`, `models`, `runtimes`); the objects themselves
+  (`explain`, `tree`) are not in them, and it says so.
 """
 
 from __future__ import annotations
@@ -306,6 +310,70 @@ class DumpSource:
             if doc.root == f"{kind}/{name}":
                 return doc
         return None
+
+
+class DocumentsSource:
+    def __init__(
+        self,
+        files: Iterable[tuple[bytes, str]],
+        *,
+        registry: KindRegistry,
+        default_namespace: str = "default",
+    ) -> None:
+        self.registry = registry
+        self.default_namespace = default_namespace
+        docs = []
+        for raw, name in files:
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise SourceError(f"{name}: not a JSON document: {exc}") from None
+            hop = _hop_from_document(body)
+            if hop is None:
+                raise SourceError(f"{name}: an AIBOM without its root (metadata.component)")
+            _, kind, root = hop.split("/", 2)
+            docs.append(
+                Doc(
+                    namespace=_root_property(body, "aibom.k8s.namespace"),
+                    configmap=configmap_name(kind, root),
+                    root_hop=hop,
+                    raw=raw,
+                    body=body,
+                )
+            )
+        self._docs = _sorted(docs)
+
+    async def kinds(self) -> list[KindInfo]:
+        return with_registry(BUILTIN_KINDS, self.registry)
+
+    def _no_objects(self) -> SourceError:
+        return SourceError(
+            "AIBOM documents hold no objects: explain and tree need a cluster or a dump"
+        )
+
+    async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
+        raise self._no_objects()
+
+    async def fetch_owner(self, req: OwnerRequest) -> Fetched:
+        raise self._no_objects()
+
+    async def graph(self, namespace: str | None) -> OwnershipGraph:
+        raise self._no_objects()
+
+    async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
+        if selector:
+            raise SourceError("-l selects AIBOM ConfigMaps; documents read from files have none")
+        return [d for d in self._docs if namespace is None or d.namespace == namespace]
+
+    async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
+        want = f"{kind}/{name}"
+        return next((d for d in self._docs if d.namespace == namespace and d.root == want), None)
+
+
+def _root_property(body: Any, name: str) -> str:
+    comp = (body.get("metadata") or {}).get("component") if isinstance(body, dict) else None
+    props = comp.get("properties") or [] if isinstance(comp, dict) else []
+    return next((str(p.get("value", "")) for p in props if p.get("name") == name), "")
 
 
 def _sorted(docs: Iterable[Doc]) -> list[Doc]:

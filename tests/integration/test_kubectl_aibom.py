@@ -318,7 +318,7 @@ def test_get_of_a_non_root_points_at_its_root(world: World) -> None:
 def test_find_lists_the_roots_running_an_image(world: World, ref: str) -> None:
     out = world.ok("find", "-A", "--image", ref)
     rows = [line.split() for line in out.splitlines()[1:]]
-    assert [world.ns, "Deployment/web", IMAGE, SHA, "verified"] in rows
+    assert [world.ns, "Deployment/web", "image", IMAGE, SHA, "verified"] in rows
     data = json.loads(world.ok("find", "-n", world.ns, "--image", ref, "-o", "json"))
     assert [(d["root"], d["digests"]) for d in data] == [("Deployment/web", [SHA])]
 
@@ -373,6 +373,9 @@ def test_read_is_all_it_needs_and_it_never_writes(world: World) -> None:
         ["get", "-A"],
         ["get", "-n", world.ns, "Deployment/web", "-o", "wide"],
         ["find", "-A", "--image", IMAGE],
+        ["find", "-A", "--image", "*serve*", "--runtime", "nginx", "-o", "wide"],
+        ["models", "-A", "-o", "csv"],
+        ["runtimes", "-A", "-o", "wide"],
     ):
         admin = world.run(*args)
         got = world.run(*args, kubeconfig=reader.kubeconfig)
