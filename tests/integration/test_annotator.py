@@ -682,8 +682,11 @@ def test_with_the_webhook_running_stamps_are_agreed_not_fought(
                 all("aibom.dev/root-uid" in v for v in s.values()) and len(s) == 3 + 2 + 2 + 1 + 1
             )
 
-        wait_for("every stamp complete", settled, 30)
-        repairs = a.metric("aibom_annotator_stamp_repairs_total")
+        # The annotator counts a repair once the API server has answered its patch,
+        # which a GET can see first: wait for the count too (two: the roots' root-uid).
+        repaired = "aibom_annotator_stamp_repairs_total"
+        wait_for("every stamp complete", lambda: settled() and a.metric(repaired) >= 2, 30)
+        repairs = a.metric(repaired)
         before = stamps()
         # Nothing flips back and forth. The witness: the deployment controller
         # syncs both ReplicaSets again (it copies a new annotation of each
@@ -704,7 +707,8 @@ def test_with_the_webhook_running_stamps_are_agreed_not_fought(
         marker = settle(control_plane, kubectl, ns)["metadata"]["name"]
         after = {k: v for k, v in stamps().items() if not k.endswith(f"/{marker}")}
         assert after == before
-        assert a.metric("aibom_annotator_stamp_repairs_total") == repairs + 1
+        wait_for("the marker's repair counted", lambda: a.metric(repaired) >= repairs + 1)
+        assert a.metric(repaired) == repairs + 1
         contested = {"reason": "contested"}
         assert a.metric("aibom_annotator_stamp_checks_skipped_total", contested) == 0
         # Only the roots' own root-uid needed the annotator.
