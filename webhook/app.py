@@ -332,7 +332,7 @@ def make_app(
             metrics.bad_requests.labels("401").inc()
             log.debug("caller refused: %s", why, extra={"peer": str(request.remote)})
             refused = _plain(401, f"unauthorized: {why}")
-            if auth.token is not None:
+            if auth.token_file is not None:
                 refused.headers["WWW-Authenticate"] = "Bearer"
             refused.force_close()
             return refused

@@ -88,13 +88,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "--client-token-file",
         metavar="FILE",
         help="authenticate the caller: /mutate answers only requests with "
-        "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
+        "`Authorization: Bearer <a token of this file>` (the API server's kubeconfig token; one "
+        "per line, any accepted); re-read when it changes, every --cert-check-interval",
     )
     options.add_seconds(
         tls,
         "--cert-check-interval",
         DEFAULT_CHECK_INTERVAL,
-        "how often to look for rotated certificate files, served without a restart",
+        "how often to look for rotated certificate (and client token) files, used without a "
+        "restart",
     )
     options.add_seconds(
         tls, "--shutdown-grace", 20.0, "on SIGTERM, how long reviews in flight may take to finish"
@@ -401,6 +403,11 @@ class Server:
             guard=self.guard,
             auth=auth if auth is not None and auth.enabled else None,
         )
+        self.auth = auth
+        if auth is not None and auth.token_file is not None:
+            auth.token_file.on_reload = lambda ok: self.metrics.token_reloads.labels(
+                "ok" if ok else "failed"
+            ).inc()
         self._host, self._port = host, port
         self._grace = shutdown_grace
         self._runner: web.AppRunner | None = None
@@ -433,6 +440,10 @@ class Server:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self._port
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
+        if self.auth is not None and self.auth.token_file is not None:
+            # The token file rotates like the certificate: looked at as often.
+            watch = self.auth.token_file.watch(self.reloader.interval)
+            self._tasks.append(asyncio.create_task(watch, name="token-watch"))
         if self.owner_watch is not None:
             self._tasks.append(asyncio.create_task(self._owners(), name="owner-watch"))
         log.info(
