@@ -47,7 +47,7 @@ from webhook.admission import (
     patched,
 )
 from webhook.auth import CallerAuth
-from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
+from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard, Rank
 from webhook.metrics import Metrics
 from webhook.provenance import EdgeDecision, Provenance, Verdict
 from webhook.resolver import Resolution, Resolver
@@ -336,6 +336,8 @@ def make_app(
                 refused.headers["WWW-Authenticate"] = "Bearer"
             refused.force_close()
             return refused
+        if auth is not None and guard is not None:
+            guard.ranked(request.protocol, Rank.AUTHENTICATED)  # the API server: kept longest
         if request.content_type != JSON:
             metrics.bad_requests.labels("415").inc()
             return _plain(

@@ -120,8 +120,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
         metavar="N",
-        help="open connections at most; a new one evicts the one waiting longest for request "
-        f"data (default {DEFAULT_MAX_CONNECTIONS})",
+        help="open connections at most; a new one evicts one waiting for request data, the "
+        "API server's (authenticated by --client-ca-file or --client-token-file) last "
+        f"(default {DEFAULT_MAX_CONNECTIONS})",
     )
     options.add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
@@ -363,6 +364,8 @@ class Server:
         self.owner_watch = owner_watch
         self.guard = guard if guard is not None else ConnectionGuard()
         self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
+        # The API server presents its client certificate on every connection.
+        self.guard.certified_callers = auth is not None and auth.require_client_cert
         self.reloader = reloader
         self.readiness = Readiness(cert_loaded=True, owners_settled=owner_watch is None)
         self.resolver = Resolver(
