@@ -1,8 +1,8 @@
 """The peer, side by side: k8s-aibom on the annotator bench's cluster.
 
 k8s-aibom (GoogleCloudPlatform/k8s-aibom, Apache-2.0, Go) is the published
-anchor for a runtime AI-BOM controller. This module builds it from the source
-snapshot in ``../shared/upstream/k8s-aibom-src`` (never copied into this
+anchor for a runtime AI-BOM controller. This module builds it from a checkout
+of its source at ``PEER_COMMIT`` (``$AIBOM_PEER_SRC``; never copied into this
 repository: it is built and measured, not reused), installs what its Helm
 chart installs, runs it on the control plane and the objects that
 ``bench/annotator_bench.py`` built, and measures it the way that bench
@@ -87,7 +87,7 @@ from tests.controlplane import (  # noqa: E402
 )
 from tests.controlplane.gotools import GoTool, ensure_tool  # noqa: E402
 
-#: The snapshot in ../shared/upstream/k8s-aibom-src (its SOURCES.md: main, 2026-08-21).
+#: The commit measured: GoogleCloudPlatform/k8s-aibom `main` of 2026-08-21 (after v1.3.0).
 PEER_COMMIT: Final = "0dd2f89e0dd09641bb471f16f98498dc687d18b8"
 PEER_VERSION: Final = f"main-{PEER_COMMIT[:8]}"
 PEER_NAMESPACE: Final = "k8s-aibom-system"
@@ -113,9 +113,11 @@ def log(msg: str) -> None:
 
 
 def peer_src() -> Path:
-    """The peer's source tree: $AIBOM_PEER_SRC, else ``k8s-aibom-src`` beside the shared
-    upstream data (``$AIBOM_SHARED_DIR``, ``../shared/upstream`` of this checkout or of
-    its parent folder)."""
+    """The peer's source tree: $AIBOM_PEER_SRC (a checkout of
+    https://github.com/GoogleCloudPlatform/k8s-aibom at PEER_COMMIT), else a
+    ``k8s-aibom-src`` folder beside the upstream data the test harness reads
+    (``tests.controlplane.shared_dir``) or in a ``shared/upstream`` folder beside
+    this checkout, where a workspace may keep one."""
     env = os.environ.get("AIBOM_PEER_SRC")
     candidates = [Path(env)] if env else []
     candidates.append(shared_dir() / "k8s-aibom-src")
@@ -124,7 +126,10 @@ def peer_src() -> Path:
         if (path / "go.mod").is_file() and (path / "cmd" / "manager").is_dir():
             return path
     tried = ", ".join(str(p) for p in candidates)
-    raise BuildError(f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_PEER_SRC")
+    raise BuildError(
+        f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_PEER_SRC to a "
+        f"checkout of https://github.com/GoogleCloudPlatform/k8s-aibom at {PEER_COMMIT}"
+    )
 
 
 def peer_tool(src: Path) -> GoTool:
