@@ -936,7 +936,7 @@ class Controller:
         resource = self.kube.discovery.cached(plan.ref.group_kind)
         if resource is None:
             return "gone"
-        if self.ledger.contested(key):
+        if self.ledger.contested(key, plan.stamp):
             self.metrics.stamp_skips.labels("contested").inc()
             self._once(
                 ("stamp-contested", plan.ref.group, plan.ref.kind),
@@ -949,7 +949,7 @@ class Controller:
             return "contested"
         outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
         if outcome == "patched":
-            self.ledger.record(key)
+            self.ledger.record(key, plan.stamp)
             self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
             log.info(
                 "stamp repaired",
