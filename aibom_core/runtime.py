@@ -20,7 +20,11 @@ SGLang, `my-vllm-proxy` is not vLLM. Every finding names the rule that matched
   the registry the project publishes to (`docker.io/vllm/vllm-openai`), or
   the same path as a whole-segment suffix on any other registry (a mirror:
   `mirror.local/team/vllm/vllm-openai`); nvcr.io namespaces (`nvcr.io/nim/...`,
-  `nvcr.io/nvidia/tensorrt-llm/...`) only on nvcr.io.
+  `nvcr.io/nvidia/tensorrt-llm/...`) only on nvcr.io;
+- the image's name (inferred), where that is unambiguous (`NAMED_IMAGES`): an
+  organisation's own build under the runtime's own name (`ghcr.io/acme/vllm`),
+  the whole last path segment, when no table row matched and the command
+  names no other serving runtime. Its tag is that build's: no version.
 
 A version comes from the tag of an image that *is* that runtime's release
 (`vllm/vllm-openai:v0.8.5` is vLLM 0.8.5; `ai-dynamo/vllm-runtime:1.3.1` is
@@ -88,6 +92,7 @@ def _rule(path: str, registry: str, *runtimes: str, **kw: object) -> ImageRule:
 DOCKER = "docker.io"
 GHCR = "ghcr.io"
 NVCR = "nvcr.io"
+RAY = frozenset({"ray", "ray-serve"})
 # The runtime table. Each row is a repository a project publishes (checked
 # against each project's docs); docs/aibom-format.md lists it.
 IMAGE_RULES: tuple[ImageRule, ...] = (
@@ -95,6 +100,7 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
     _rule("vllm/vllm-tpu", DOCKER, "vllm"),
     _rule("rocm/vllm", DOCKER, "vllm"),
     _rule("lmsysorg/sglang", DOCKER, "sglang"),
+    _rule("lmsysorg/sglang-cpu", DOCKER, "sglang"),  # SGLang's CPU (Xeon) build
     _rule("nvidia/tensorrt-llm/", NVCR, "tensorrt-llm", mirrors=False),
     _rule("nvidia/tritonserver", NVCR, "triton"),
     _rule("huggingface/text-generation-inference", GHCR + " " + DOCKER, "tgi"),
@@ -102,12 +108,16 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
     _rule("huggingface/text-embeddings-inference", GHCR, "tei", tag_prefix=True),
     _rule("nim/", NVCR, "nim", mirrors=False),
     _rule("nvidia/ai-dynamo/vllm-runtime", NVCR, "vllm", versioned=DYNAMO_ROLES),
+    # Dynamo's nightly vLLM runtime: a nightly's tag is no release's version.
+    _rule("nvidia/ai-dynamo/vllm-runtime-nightly", NVCR, "vllm", versioned=frozenset()),
     _rule("nvidia/ai-dynamo/sglang-runtime", NVCR, "sglang", versioned=DYNAMO_ROLES),
     _rule("nvidia/ai-dynamo/tensorrtllm-runtime", NVCR, "tensorrt-llm", versioned=DYNAMO_ROLES),
-    _rule("rayproject/ray", DOCKER, "ray"),
-    _rule("rayproject/ray-ml", DOCKER, "ray"),
+    # Ray Serve ships inside Ray: a Ray image's tag is also the version of the Serve
+    # a command of it runs (`serve run`), though the image alone runs no Serve.
+    _rule("rayproject/ray", DOCKER, "ray", versioned=RAY),
+    _rule("rayproject/ray-ml", DOCKER, "ray", versioned=RAY),
     _rule("rayproject/ray-llm", DOCKER, "ray", "ray-serve"),
-    _rule("anyscale/ray", DOCKER, "ray"),
+    _rule("anyscale/ray", DOCKER, "ray", versioned=RAY),
     _rule("anyscale/ray-llm", DOCKER, "ray", "ray-serve"),
     _rule("openmmlab/lmdeploy", DOCKER, "lmdeploy"),
     _rule("ggml-org/llama.cpp", GHCR, "llama.cpp", build_tag=True),
@@ -126,6 +136,11 @@ IMAGE_RULES: tuple[ImageRule, ...] = (
     _rule("seldonio/mlserver", DOCKER, "mlserver"),
     _rule("tensorflow/serving", DOCKER, "tensorflow-serving"),
 )
+# An image's last path segment that names exactly one runtime, whoever publishes it
+# (`ghcr.io/acme/vllm`: an organisation's own vLLM build). The whole segment
+# (`vllm-proxy`, `myvllm` are not vLLM), and only where unambiguous (module doc).
+NAMED_IMAGES: dict[str, tuple[str, ...]] = {"vllm": ("vllm",)}
+NAME_RULE = "image-name */"
 # Triton images whose tag names a bundled backend (`24.08-trtllm-python-py3`):
 # a whole `-`-separated tag token, not a substring. A `sdk` token is the
 # client SDK image (`24.08-py3-sdk`): no server runs there.
@@ -264,7 +279,8 @@ def _image_runtimes(ref: ImageRef) -> tuple[tuple[str, ...], frozenset[str], str
     """(runtimes the image names, runtimes whose version is the tag's, that version, rule)."""
     found = match_image(ref)
     if found is None:
-        return (), frozenset(), None, ""
+        named_by = NAMED_IMAGES.get(ref.name, ())
+        return named_by, frozenset(), None, f"{NAME_RULE}{ref.name}" if named_by else ""
     rule, text = found
     named = rule.runtimes
     if rule.runtimes == ("triton",):
@@ -298,6 +314,8 @@ def _runtimes(key: _Key, decls: tuple[RuntimeDecl, ...]) -> tuple[RuntimeFinding
     for tokens in segments(command, command_pointer, args, args_pointer, env):
         for runtime, tok, rule in _command_runtimes(tokens):
             raw.append((runtime, Confidence.INFERRED, Source.SPEC, tok.pointer, rule))
+    if image_rule.startswith(NAME_RULE) and any(r in SERVING and r not in named for r, *_ in raw):
+        named = ()  # the command runs another runtime: the name is ambiguous
     raw += [(r, Confidence.INFERRED, Source.SPEC, image_pointer, image_rule) for r in named]
     if env.values.get("NIM_USE_SGLANG", "").strip().lower() in {"1", "true", "yes"}:
         ptr = next(v.pointer for v in env_vars if v.name == "NIM_USE_SGLANG")

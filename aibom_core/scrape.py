@@ -8,7 +8,8 @@ fields declare about models and runtimes (Dynamo `modelRef` and component
 record keeps JSON pointers to where it was read, so every fact in the
 document can name its evidence.
 
-Field paths, checked against the CRDs and examples in ../shared/upstream:
+Field paths, checked against the upstream CRDs and examples that tests/upstream/SOURCES.md
+names (repository, commit, path; the files the tests read are vendored beside it):
 
 - Deployment, StatefulSet, DaemonSet, Job, ReplicaSet: `spec.template`
 - CronJob: `spec.jobTemplate.spec.template`

@@ -140,7 +140,8 @@ REFRESH_RETRY_CAP = 30.0
 
 
 class TokenSource:
-    """The bearer token, as the `kubernetes` library's config loaders keep it fresh.
+    """The bearer token (or the exec plugin's client certificate), as the `kubernetes`
+    library's config loaders keep it fresh.
 
     The library does the credential work we should not rewrite: kubeconfig
     contexts, `token`/`tokenFile`, `exec` plugins (their `expirationTimestamp`),
@@ -155,6 +156,14 @@ class TokenSource:
     `fetch` calls the loader when the token is within min(5 min, half its
     lifetime) of it. A refresh that raises, or leaves an expired id-token,
     is a failure: counted in `failures`, retried with backoff.
+
+    Client certificates from an `exec` plugin (`clientCertificateData`): the
+    library's refresh hook exists only for tokens, so it would never run the
+    plugin again. With `plugin_certs`, `fetch` runs it (`load_and_set`) when
+    its `expirationTimestamp` is near, and always when forced (a 401; a
+    plugin without an expiry is run again only then, as client-go does).
+    `client_cert` is the (certificate, key) file pair the library wrote for
+    the newest answer; `Kube` builds a new TLS context when it changes.
     """
 
     def __init__(
@@ -165,11 +174,14 @@ class TokenSource:
         check_every: float = 60.0,
         oidc: bool = False,
         token: str | None = None,
+        plugin_certs: bool = False,
     ) -> None:
         self._cfg = configuration
         self._loader = loader
         self._check_every = check_every
         self._oidc = oidc
+        self._plugin_certs = plugin_certs
+        self.client_cert = _client_cert(configuration)
         self._checked = time.monotonic()
         self._retry_at = 0.0
         self.failures = 0  # consecutive failed refreshes
@@ -211,7 +223,11 @@ class TokenSource:
         self._checked = time.monotonic()
         try:
             left = self.refresh_in()
-            if self._loader is not None and (force or (self._oidc and (left or 0.0) <= 0)):
+            if self._oidc:  # no readable expiry: let the library's flow decide
+                expiring = (left or 0.0) <= 0
+            else:  # plugin certificates: only the plugin's expiry says when
+                expiring = self._plugin_certs and left is not None and left <= 0
+            if self._loader is not None and (force or expiring):
                 self._loader.load_and_set(self._cfg)
             token = _bearer(self._cfg)
             exp = _jwt_claims(token).get("exp") if self._oidc else None
@@ -227,6 +243,7 @@ class TokenSource:
         self.failures = 0
         self._retry_at = 0.0
         self.token = token
+        self.client_cert = _client_cert(self._cfg)
         return token
 
     def retry_in(self) -> float:
@@ -244,6 +261,12 @@ def _jwt_claims(token: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return claims if isinstance(claims, dict) else {}
+
+
+def _client_cert(cfg: Any) -> tuple[str, str] | None:
+    """The client certificate and key files a loaded configuration names, if any."""
+    cert, key = getattr(cfg, "cert_file", None), getattr(cfg, "key_file", None)
+    return (str(cert), str(key)) if cert and key else None
 
 
 def _bearer(cfg: Any) -> str | None:
@@ -318,7 +341,13 @@ def _load_credentials(kubeconfig: str | None, context: str | None) -> Credential
         # HTTPS_PROXY into cfg.proxy, ignoring NO_PROXY: the environment is
         # left to aiohttp's trust_env, which honours NO_PROXY).
         proxy=str(loader.__dict__.get("proxy") or "") or None,
-        tokens=TokenSource(cfg, loader, oidc=_auth_provider(loader) == "oidc", token=token),
+        tokens=TokenSource(
+            cfg,
+            loader,
+            oidc=_auth_provider(loader) == "oidc",
+            token=token,
+            plugin_certs=_has_exec(loader) and _client_cert(cfg) is not None,
+        ),
     )
 
 
@@ -331,7 +360,20 @@ def _auth_provider(loader: Any) -> str | None:
         return None
 
 
-def _ssl_context(creds: Credentials) -> ssl.SSLContext | bool:
+def _has_exec(loader: Any) -> bool:
+    """Whether the kubeconfig user is an `exec` credential plugin."""
+    user = getattr(loader, "_user", None)
+    try:
+        return user is not None and "exec" in user
+    except Exception:  # the library's ConfigException for a malformed entry
+        return False
+
+
+def _ssl_context(
+    creds: Credentials, client_cert: tuple[str, str] | None = None
+) -> ssl.SSLContext | bool:
+    """The TLS context for `creds` (reads files: sync). `client_cert`: a (certificate,
+    key) pair other than the one `creds` names (an exec plugin's newer answer)."""
     if not creds.server.startswith("https"):
         return False
     ctx = ssl.create_default_context(cafile=creds.ca_file)
@@ -339,8 +381,9 @@ def _ssl_context(creds: Credentials) -> ssl.SSLContext | bool:
     if not creds.verify:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    if creds.cert_file and creds.key_file:
-        ctx.load_cert_chain(creds.cert_file, creds.key_file)
+    cert, key = client_cert or (creds.cert_file, creds.key_file)
+    if cert and key:
+        ctx.load_cert_chain(cert, key)
     return ctx
 
 
@@ -501,6 +544,7 @@ class Kube:
         if creds.proxy:
             self._conn_opts["proxy"] = creds.proxy
         self._token = creds.token
+        self._client_cert = creds.tokens.client_cert if creds.tokens is not None else None
         self._token_lock = asyncio.Lock()
         self.token_refreshes = 0
         self.token_refresh_failures = 0
@@ -583,6 +627,30 @@ class Kube:
                 self.token_refreshes += 1
                 log.info("API credentials refreshed", extra={"refreshes": self.token_refreshes})
             self._token = token or self._token
+            await self._fresh_client_cert(tokens.client_cert)
+
+    async def _fresh_client_cert(self, pair: tuple[str, str] | None) -> None:
+        """New handshakes present the exec plugin's newest client certificate (open
+        connections keep theirs: the API server checks a certificate at the handshake)."""
+        if pair is None or pair == self._client_cert:
+            return
+        try:
+            context = await asyncio.to_thread(_ssl_context, self.creds, pair)
+        except (OSError, ssl.SSLError) as exc:
+            self.token_refresh_failures += 1
+            log.warning(
+                "could not load the refreshed client certificate; keeping the previous one",
+                extra={"error": f"{type(exc).__name__}: {str(exc)[:300]}"},
+            )
+            return
+        self._client_cert = pair
+        if isinstance(context, ssl.SSLContext):
+            self._ssl = context
+            # Per request: aiohttp keys pooled connections by their TLS context, so
+            # connections of the old certificate are never reused for a new request.
+            self._conn_opts["ssl"] = context
+        self.token_refreshes += 1
+        log.info("API client certificate refreshed", extra={"refreshes": self.token_refreshes})
 
     def _require(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -16,6 +16,15 @@ change make dirty?
   subtree is re-resolved. Any other update dirties one root.
 - While the first lists load (`bulk`), nothing is analysed: the controller
   does one full resync when every informer has synced.
+- Our documents are judged by content, not by who wrote them. The cache
+  keeps no data, so it remembers, per document, the resourceVersion whose
+  content we know: the one our last apply returned, or the one a reconcile
+  last found current (`vouch`). A document at any other resourceVersion was
+  written since by someone, whatever field manager they named, and
+  `configmap()` hands it out marked stale (`FOREIGN_DATA`, as slim marks a
+  document whose managedFields show another writer's data): the next apply
+  (force) makes the content ours again, and is a no-op on the server if it
+  already was.
 
 No I/O and no clock: the controller feeds it and drains the dirty keys.
 """
@@ -34,7 +43,7 @@ from aibom_core.provenance import ProofTrust
 from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
-from annotator.configmap import DocLabels
+from annotator.configmap import FOREIGN_DATA, DocLabels
 from annotator.keys import RootKey, SweepKey
 
 NAMESPACE = GroupKind("", "Namespace")
@@ -90,6 +99,8 @@ class ClusterState:
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.configmaps: dict[CmName, Obj] = {}
         self._cm_by_uid: dict[str, set[CmName]] = {}
+        # The resourceVersion of each document whose content we know (module doc).
+        self._vouched: dict[CmName, str] = {}
         self.kind_counts: Counter[GroupKind] = Counter()
         self._opted: set[str] = set()
         self._opted_frozen: frozenset[str] = frozenset()
@@ -206,7 +217,23 @@ class ClusterState:
         return sorted({ns for ns, _ in self.configmaps})
 
     def configmap(self, namespace: str, name: str) -> Obj | None:
-        return self.configmaps.get((namespace, name))
+        """Our cached document, marked stale (`FOREIGN_DATA`) when it changed since the
+        resourceVersion whose content we know (module doc)."""
+        cm = self.configmaps.get((namespace, name))
+        if cm is None or cm.get(FOREIGN_DATA):
+            return cm
+        known = self._vouched.get((namespace, name))
+        if known is not None and known != metadata(cm).get("resourceVersion"):
+            return {**cm, FOREIGN_DATA: True}
+        return cm
+
+    def vouch(self, namespace: str, name: str) -> None:
+        """A reconcile found the cached document current: its content is ours at this
+        resourceVersion (the first judgement after a start knows no better)."""
+        cm = self.configmaps.get((namespace, name))
+        rv = metadata(cm).get("resourceVersion") if cm is not None else None
+        if isinstance(rv, str) and rv and not (cm or {}).get(FOREIGN_DATA):
+            self._vouched[(namespace, name)] = rv
 
     # -- keys for the informers' relist bookkeeping ----------------------------
 
@@ -284,11 +311,18 @@ class ClusterState:
         return dirty
 
     def note_configmap(self, obj: Obj) -> None:
-        """Record a ConfigMap we just wrote (the watch event that follows is then a no-op)."""
+        """Record a ConfigMap we just wrote (the watch event that follows is then a no-op)
+        and vouch for its content."""
         self._configmap(obj, deleted=False)
+        meta = metadata(obj)
+        name = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        rv = meta.get("resourceVersion")
+        if name in self.configmaps and isinstance(rv, str) and rv:
+            self._vouched[name] = rv
 
     def forget_configmap(self, namespace: str, name: str) -> None:
         self._unindex_cm((namespace, name))
+        self._vouched.pop((namespace, name), None)
 
     # -- graph objects -----------------------------------------------------------
 
@@ -393,6 +427,7 @@ class ClusterState:
         name = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         old = self.configmaps.get(name)
         if deleted:
+            self._vouched.pop(name, None)
             if old is None:
                 return Dirty()  # we deleted it ourselves and already forgot it
             self._unindex_cm(name)

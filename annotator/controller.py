@@ -31,7 +31,7 @@ from typing import Any
 from aibom_core.bom import render
 from aibom_core.guard import BINDING_NAME
 from aibom_core.kinds import GroupKind, KindRegistry
-from aibom_core.objects import Obj
+from aibom_core.objects import Obj, metadata
 from aibom_core.opt_in import DEFAULT_OPT_IN
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
@@ -687,6 +687,8 @@ class Controller:
             self.metrics.documents_unchanged.inc()
             if plan.facts is None:  # current by its sources hash (annotator.plan)
                 self.metrics.documents_current_by_sources.inc()
+            # Judged current: a later write by anyone is a change we will look at.
+            self.state.vouch(plan.ref.namespace, plan.cm_name)
         # Only now, with the document that lists them written (or already
         # current), may the documents it supersedes go.
         for doc in plan.supersedes:
@@ -742,9 +744,14 @@ class Controller:
         )
         cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
         stored = await self.writer.apply_configmap(body)
-        if cached is not None and cached.get(FOREIGN_DATA):
-            # Someone else wrote the document's data (managedFields said so):
-            # this apply took it back.
+        if (
+            cached is not None
+            and cached.get(FOREIGN_DATA)
+            and metadata(stored).get("resourceVersion") != metadata(cached).get("resourceVersion")
+        ):
+            # Someone else wrote the document (managedFields said so, or it changed
+            # since the version we knew), and this apply changed it back: the server
+            # found its content not ours (an apply of the same content writes nothing).
             self.metrics.documents_repaired.labels("edited").inc()
             log.warning(
                 "document edited by another writer; restored",
@@ -929,7 +936,7 @@ class Controller:
         resource = self.kube.discovery.cached(plan.ref.group_kind)
         if resource is None:
             return "gone"
-        if self.ledger.contested(key):
+        if self.ledger.contested(key, plan.stamp):
             self.metrics.stamp_skips.labels("contested").inc()
             self._once(
                 ("stamp-contested", plan.ref.group, plan.ref.kind),
@@ -942,7 +949,7 @@ class Controller:
             return "contested"
         outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
         if outcome == "patched":
-            self.ledger.record(key)
+            self.ledger.record(key, plan.stamp)
             self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
             log.info(
                 "stamp repaired",

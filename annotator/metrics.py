@@ -58,7 +58,8 @@ class _ClientCounters(Collector):
             retries.add_metric([verb], count)
         refreshed = CounterMetricFamily(
             "aibom_annotator_credential_refreshes",
-            "Times the API token changed on refresh (exec plugin, OIDC, projected token file).",
+            "Times the API token (or an exec plugin's client certificate) changed on refresh "
+            "(exec plugin, OIDC, projected token file).",
         )
         refreshed.add_metric([], self._refreshes())
         failed = CounterMetricFamily(

@@ -285,6 +285,7 @@ class StampPlan:
     ref: ObjRef
     patch: dict[str, Any] | None
     skipped: str | None = None  # why we did not judge this object
+    stamp: Stamp | None = None  # what the patch makes the stamp (the ledger's unit)
 
 
 def plan_stamp(
@@ -330,4 +331,4 @@ def plan_stamp(
     # webhook stamped it, we get 409 and judge again from the fresh cache).
     patch["metadata"]["uid"] = meta.get("uid")
     patch["metadata"]["resourceVersion"] = meta.get("resourceVersion")
-    return StampPlan(key=key, ref=ref, patch=patch)
+    return StampPlan(key=key, ref=ref, patch=patch, stamp=stamp)

@@ -15,8 +15,8 @@ the service-account volume that no document reads. So:
   ownership;
 - our ConfigMaps: metadata only (the input-hash annotation says what the
   data is; the data itself, up to 1 MiB each, is never needed), and a
-  marker when `managedFields` show that another writer owns part of the
-  data (someone edited the document);
+  marker when `managedFields` show that a write other than our own apply
+  owns part of the data (someone edited the document);
 - Pods: exactly what the walk, the stamps, the scrapers and the digest
   resolver read (`aibom_core.scrape` on Pods, `pod_signature`,
   `aibom_core.digests`): identity and ownerReferences; annotations under
@@ -148,6 +148,7 @@ class ObjectMetaKept(TypedDict, total=False):
 
 class ManagedFieldsEntryKept(TypedDict, total=False):
     manager: str
+    operation: str
     fieldsV1: Any
 
 
@@ -218,15 +219,21 @@ def slim_metadata_only(obj: Obj) -> Obj:
 
 
 # A private marker on a slimmed ConfigMap (never sent anywhere): someone other
-# than us wrote its data. The cache keeps no data to compare with, but
-# managedFields say who owns which field; `configmap.is_current` treats a
-# marked document as stale, and the next server-side apply (force) takes the
-# fields back.
+# than our applies wrote its data. The cache keeps no data to compare with, but
+# managedFields say which writes own which field; `configmap.is_current` treats
+# a marked document as stale, and the next server-side apply (force) takes the
+# fields back. A write is ours only if it is an Apply under our field manager:
+# we never write a document any other way, so an Update (`kubectl edit`,
+# `patch`, `replace`) that borrowed our manager's name is someone else's. An
+# Apply under our name leaves no such trace: the cache's resourceVersion check
+# catches that one (`ClusterState.configmap`).
 def slim_configmap(obj: Obj, *, field_manager: str) -> Obj:
     out = _head(obj)
     managed = (obj.get("metadata") or {}).get("managedFields")
     for entry in managed if isinstance(managed, list) else ():
-        if not isinstance(entry, dict) or entry.get("manager") == field_manager:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
             continue
         fields = entry.get("fieldsV1")
         if not isinstance(fields, dict):

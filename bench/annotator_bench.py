@@ -14,12 +14,16 @@ and fills ONE opted-in namespace with --roots roots (default 1,000) of
   - 10% LeaderWorkerSet -> StatefulSet -> Pods
 
 Every Pod gets container statuses with an imageID through pods/status (what
-a kubelet writes). Every object is stamped as the webhook would have stamped
-it (computed with the core), so the annotator has no stamp to repair and the
-figures are about documents. The objects carry no edge proofs, so the
-annotator runs with --trust-owner-references by default (DEFAULT_ANNOTATOR_ARGS;
---no-trust-owner-references drops it: then every edge is unproven and each
-tracked object is its own root).
+a kubelet writes). Every object is what the webhook admits: stamped as it
+would have stamped it (computed with the core), and with its edge-proof
+(`aibom.dev/edge-proof`, a ReplicaSet's own under `replicaset-edge-proof`
+beside the copy of its Deployment's) under a key the bench makes for the run,
+so the annotator has no stamp to repair and the figures are about documents.
+The annotator runs in the default configuration: the provenance rule, with
+that key (`--provenance-key`), in a namespace that is not guarded (no
+ValidatingAdmissionPolicyBinding), so every edge counts by its proof.
+`--trust-owner-references` runs the configuration of the numbers published
+before (every reference taken as written, no key).
 
 Then it starts `aibom-rollup annotator` as a subprocess and measures, in order:
 
@@ -64,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import copy
 import functools
@@ -72,6 +77,7 @@ import itertools
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import statistics
@@ -91,7 +97,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aibom_core.graph import OwnershipGraph  # noqa: E402
-from aibom_core.kinds import GroupKind, default_registry  # noqa: E402
+from aibom_core.kinds import GroupKind, default_registry, group_kind_of  # noqa: E402
+from aibom_core.objects import controller_ref, ref_of  # noqa: E402
+from aibom_core.provenance import parse_key, proof_for  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import METADATA_LIST, Kube  # noqa: E402
@@ -161,11 +169,23 @@ def template(labels: dict[str, str]) -> Obj:
     return {"metadata": {"labels": labels}, "spec": pod_spec()}
 
 
-class Builder:
-    """Creates objects parent-first, each stamped as the webhook would stamp it."""
+def prove(obj: Obj, key: bytes) -> None:
+    """Write the edge-proof the webhook writes when it proves `obj`'s controller edge
+    (under `replicaset-edge-proof` for a ReplicaSet under a Deployment)."""
+    owner = controller_ref(obj)
+    if owner is None:
+        return
+    where = KEYS.proof_key(group_kind_of(obj), owner.group_kind)
+    obj["metadata"].setdefault("annotations", {})[where] = proof_for(key, ref_of(obj), owner)
 
-    def __init__(self, kube: Kube, concurrency: int) -> None:
+
+class Builder:
+    """Creates objects parent-first, each as the webhook admits it: stamped, and with the
+    proof of its controller edge under `key` (None: no proof, for status writes only)."""
+
+    def __init__(self, kube: Kube, concurrency: int, key: bytes | None = None) -> None:
         self.kube = kube
+        self.key = key
         self.graph = OwnershipGraph(REG)
         self.sem = asyncio.Semaphore(concurrency)
         self.created = 0
@@ -175,9 +195,12 @@ class Builder:
         ann = stamp.annotations(KEYS)
         if obj["kind"] == "ReplicaSet" and owner is not None and owner["kind"] == "Deployment":
             # The webhook's (and the annotator's) rule: a ReplicaSet mirrors its Deployment.
+            # The deployment controller copies every annotation, its proof included.
             own = owner["metadata"].get("annotations") or {}
-            ann.update({k: v for k, v in own.items() if k in KEYS.all()})
+            ann.update({k: v for k, v in own.items() if k in (*KEYS.all(), KEYS.edge_proof)})
         obj["metadata"]["annotations"] = ann
+        if self.key is not None:
+            prove(obj, self.key)
 
     async def create(self, kind: str, name: str, owner: Obj | None, **fields: Any) -> Obj:
         meta: Obj = {"name": name, "namespace": NS}
@@ -238,14 +261,16 @@ async def populate(
     roots: int,
     per_root: int,
     concurrency: int,
+    key: bytes,
     pods_out: dict[str, Obj] | None = None,
 ) -> list[tuple[str, str]]:
-    """Build the namespace; returns (pod name, root document name) for every Pod.
+    """Build the namespace (edge proofs under `key`); returns (pod name, root document
+    name) for every Pod.
 
     `pods_out`, if given, receives every Pod as stored (name -> object): the
     churn phase replaces some of them under the same owner.
     """
-    b = Builder(kube, concurrency)
+    b = Builder(kube, concurrency, key)
     n_dgd = roots // 5
     n_lws = roots // 10
     n_dep = roots - n_dgd - n_lws
@@ -461,7 +486,9 @@ async def stop(proc: asyncio.subprocess.Process, watch: DocWatch) -> None:
         watch.task.cancel()
 
 
-DEFAULT_ANNOTATOR_ARGS = ("--trust-owner-references",)
+# The configuration of the numbers published before edge proofs were written by the
+# bench (`--trust-owner-references`): every reference taken as written.
+TRUST_ALL_ARGS = ("--trust-owner-references",)
 CEILING_NS = "bench-ceiling"
 
 
@@ -658,11 +685,15 @@ def status_body(digest: str, restarts: int = 0, started: str = "2026-10-05T13:00
 
 
 class Churn:
-    """Replaces a fixed set of Pods round-robin (delete, create under the same owner, status
-    with a new digest) at `rate` per second, `concurrency` at a time, until stopped."""
+    """Replaces a fixed set of Pods round-robin (delete, create under the same owner, with
+    the proof of its new name under `key`, status with a new digest) at `rate` per
+    second, `concurrency` at a time, until stopped."""
 
-    def __init__(self, kube: Kube, pods: list[Obj], *, rate: float, concurrency: int = 8):
+    def __init__(
+        self, kube: Kube, pods: list[Obj], *, rate: float, key: bytes, concurrency: int = 8
+    ):
         self.kube = kube
+        self.key = key
         self.slots = [
             {
                 "metadata": {
@@ -688,15 +719,14 @@ class Churn:
         async with self.sem:
             old = self.slots[i]
             name = old["metadata"]["name"]
-            new = copy.deepcopy(old)
+            new = {"apiVersion": "v1", "kind": "Pod", **copy.deepcopy(old)}
             new["metadata"]["name"] = f"{self.bases[i]}-r{k}"
+            prove(new, self.key)  # the proof binds the name: the webhook proves it anew
             path = f"/api/v1/namespaces/{NS}/pods"
             resp = await self.kube.request(
                 "DELETE", f"{path}/{name}", params={"gracePeriodSeconds": "0"}
             )
-            created = await self.kube.request(
-                "POST", path, json={"apiVersion": "v1", "kind": "Pod", **new}
-            )
+            created = await self.kube.request("POST", path, json=new)
             if resp.status not in (200, 404) or created.status != 201:
                 self.errors += 1
                 return
@@ -953,8 +983,11 @@ async def _sample_of(kube: Kube, kind: str, n: int) -> list[tuple[GroupKind, byt
 
 
 async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) -> dict[str, Any]:
-    extra = [*(() if args.no_trust_owner_references else DEFAULT_ANNOTATOR_ARGS)]
-    extra += args.annotator_args
+    key_file = Path(tempfile.mkdtemp(prefix="aibom-bench-key-")) / "provenance.key"
+    key_file.write_bytes(base64.b64encode(secrets.token_bytes(32)) + b"\n")
+    key = parse_key(key_file.read_bytes())
+    trust = TRUST_ALL_ARGS if args.trust_owner_references else ("--provenance-key", str(key_file))
+    extra = [*trust, *args.annotator_args]
     load: dict[str, float] = {"start": load_average()}
     cp_pids = {k: v for k, v in cp.pids.items() if k in ("kube-apiserver", "etcd")}
     out: dict[str, Any] = {"annotator_args": extra}
@@ -966,6 +999,7 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             roots=args.roots,
             per_root=args.pods_per_root,
             concurrency=args.concurrency,
+            key=key,
             pods_out=stored,
         )
         await asyncio.sleep(2)  # let the API server's watch cache settle
@@ -996,7 +1030,9 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             churn_docs = set(docs[:: max(1, len(docs) // max(1, n_churn_docs))][:n_churn_docs])
             churn_pods = [stored[n] for n, d in pods if d in churn_docs][: args.churn_pods]
             steady = [(n, d) for n, d in pods if d not in churn_docs]
-            churn = Churn(kube, churn_pods if args.churn_pods else [], rate=args.churn_rate)
+            churn = Churn(
+                kube, churn_pods if args.churn_pods else [], rate=args.churn_rate, key=key
+            )
             load["updates"] = load_average()
             churn.start()
             await asyncio.sleep(min(5.0, len(churn_pods) / max(1.0, args.churn_rate)))
@@ -1173,10 +1209,11 @@ def main(argv: list[str] | None = None, side: SideBySide | None = None) -> int:
         help="skip measuring the bytes the cache keeps per Pod",
     )
     ap.add_argument(
-        "--no-trust-owner-references",
+        "--trust-owner-references",
         action="store_true",
-        help=f"do not pass the default annotator args {' '.join(DEFAULT_ANNOTATOR_ARGS)} "
-        "(the bench's objects carry no edge proofs: every edge is then unproven)",
+        help="run the annotator with --trust-owner-references instead of the provenance rule "
+        "and the run's key (the configuration of the numbers published before the bench's "
+        "objects carried edge proofs)",
     )
     ap.add_argument(
         "--profile",

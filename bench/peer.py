@@ -1,8 +1,8 @@
 """The peer, side by side: k8s-aibom on the annotator bench's cluster.
 
 k8s-aibom (GoogleCloudPlatform/k8s-aibom, Apache-2.0, Go) is the published
-anchor for a runtime AI-BOM controller. This module builds it from the source
-snapshot in ``../shared/upstream/k8s-aibom-src`` (never copied into this
+anchor for a runtime AI-BOM controller. This module builds it from a checkout
+of its source at ``PEER_COMMIT`` (``$AIBOM_UPSTREAM_SRC/k8s-aibom-src``; never copied into this
 repository: it is built and measured, not reused), installs what its Helm
 chart installs, runs it on the control plane and the objects that
 ``bench/annotator_bench.py`` built, and measures it the way that bench
@@ -83,7 +83,7 @@ from tests.controlplane.gobuild import GoBuild, SourceTree, binary, go_ldflags  
 from tests.controlplane.gotools import ensure_tool  # noqa: E402
 from tests.controlplane.paths import upstream_source_dirs  # noqa: E402
 
-#: The snapshot in ../shared/upstream/k8s-aibom-src (its SOURCES.md: main, 2026-08-21).
+#: The commit measured: GoogleCloudPlatform/k8s-aibom `main` of 2026-08-21 (after v1.3.0).
 PEER_COMMIT: Final = "0dd2f89e0dd09641bb471f16f98498dc687d18b8"
 PEER_VERSION: Final = f"main-{PEER_COMMIT[:8]}"
 PEER_NAMESPACE: Final = "k8s-aibom-system"
@@ -109,17 +109,19 @@ def log(msg: str) -> None:
 
 
 def peer_src() -> Path:
-    """The peer's source tree (its chart is installed from it): ``k8s-aibom-src`` under
-    the upstream source folders (``paths.upstream_source_dirs``: $AIBOM_UPSTREAM_SRC,
-    ``shared/upstream`` beside this checkout or beside its parent folder)."""
+    """The peer's source tree (its chart is installed from it, and the builder builds
+    it): ``k8s-aibom-src`` (a checkout of https://github.com/GoogleCloudPlatform/k8s-aibom
+    at PEER_COMMIT) under the upstream source folders (``paths.upstream_source_dirs``:
+    $AIBOM_UPSTREAM_SRC, ``shared/upstream`` beside this checkout or its parent folder)."""
     candidates = [base / "k8s-aibom-src" for base in upstream_source_dirs()]
     for path in candidates:
         if (path / "go.mod").is_file() and (path / "cmd" / "manager").is_dir():
             return path
     tried = ", ".join(str(p) for p in candidates)
     raise BuildError(
-        f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_UPSTREAM_SRC"
-        " to the folder that holds k8s-aibom-src/"
+        f"the k8s-aibom source tree was not found (tried {tried}); set AIBOM_UPSTREAM_SRC to "
+        "the folder that holds k8s-aibom-src/, a checkout of "
+        f"https://github.com/GoogleCloudPlatform/k8s-aibom at {PEER_COMMIT}"
     )
 
 

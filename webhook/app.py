@@ -47,7 +47,7 @@ from webhook.admission import (
     patched,
 )
 from webhook.auth import CallerAuth
-from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
+from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard, Rank
 from webhook.metrics import Metrics
 from webhook.provenance import EdgeDecision, Provenance, Verdict
 from webhook.resolver import Resolution, Resolver
@@ -332,10 +332,12 @@ def make_app(
             metrics.bad_requests.labels("401").inc()
             log.debug("caller refused: %s", why, extra={"peer": str(request.remote)})
             refused = _plain(401, f"unauthorized: {why}")
-            if auth.token is not None:
+            if auth.token_file is not None:
                 refused.headers["WWW-Authenticate"] = "Bearer"
             refused.force_close()
             return refused
+        if auth is not None and guard is not None:
+            guard.ranked(request.protocol, Rank.AUTHENTICATED)  # the API server: kept longest
         if request.content_type != JSON:
             metrics.bad_requests.labels("415").inc()
             return _plain(

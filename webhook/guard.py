@@ -16,11 +16,23 @@ answer is not the API server's.
   the connection is closed (at most `LINGER` = 1 s later: aiohttp drains an
   unread body for a moment so the client can read the answer).
 - **Connection cap**: at most `max_connections` open at once. A connection
-  arriving at the cap evicts the connection that has waited longest for
-  request data (idle, or still sending its head or body); one whose review
-  is being answered is never evicted. With nothing to evict it is closed.
-  So slow clients cannot hold every slot: a real review always gets in by
-  evicting one of them.
+  arriving at the cap evicts one that is waiting for request data (idle, or
+  still sending its head or body); one whose review is being answered is
+  never evicted. With nothing to evict it is closed. So slow clients cannot
+  hold every slot: a real review always gets in by evicting one of them.
+- **Who goes first**: the API server's connections last. An idle keep-alive
+  connection of the API server has often waited longest of all, so "the one
+  waiting longest" alone would evict it first under a flood. Connections are
+  ranked by what they have shown (`Rank`): nothing yet (a slowloris never
+  completes a request); a review answered; the caller authenticated (a
+  client certificate of `--client-ca-file` at the handshake, or a request
+  that passed `--client-token-file`). The victim is the lowest rank, and
+  within it the one waiting longest. When the client certificate is
+  required, the API server presents it on every connection: a newcomer
+  without one is not the API server and is closed rather than evict an
+  authenticated connection. Without either flag the API server cannot be
+  told from a client that sends valid reviews (anyone may): both rank as
+  "answered", ahead of connections that never completed a request.
 
 The defaults (5 s, 5 s, 1000) are well below the API server's 10 s webhook
 timeout ceiling for our shipped `timeoutSeconds: 2` (its call is over by then
@@ -37,6 +49,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from enum import IntEnum
 from typing import Any
 
 from aiohttp import web
@@ -50,6 +63,14 @@ DEFAULT_MAX_CONNECTIONS = 1000
 LINGER = 1.0  # seconds an unread body is still drained after the answer
 
 
+class Rank(IntEnum):
+    """What a connection has shown; the cap evicts the lowest first (module doc)."""
+
+    UNKNOWN = 0  # no request completed yet
+    ANSWERED = 1  # a review was answered on it
+    AUTHENTICATED = 2  # the caller proved it is the API server
+
+
 class ConnectionGuard:
     """The open connections, which of them are answering a review, and the limits."""
 
@@ -61,15 +82,19 @@ class ConnectionGuard:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         on_cut: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        certified_callers: bool = False,
     ) -> None:
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
         self.max_connections = max_connections
         self.on_cut = on_cut
         self._clock = clock
+        # True when the API server presents a client certificate on every
+        # connection (--client-ca-file): a newcomer without one is a stranger.
+        self.certified_callers = certified_callers
         # Insertion order is the order of last activity: the first evictable
-        # entry has waited longest.
-        self._open: dict[GuardedHandler, None] = {}
+        # entry of a rank has waited longest.
+        self._open: dict[GuardedHandler, Rank] = {}
         self._answering: set[GuardedHandler] = set()
 
     def __len__(self) -> int:
@@ -79,24 +104,48 @@ class ConnectionGuard:
         if self.on_cut is not None:
             self.on_cut(why)
 
-    def opened(self, conn: GuardedHandler) -> bool:
-        """Register a new connection; False when it must be closed (cap, nothing to evict)."""
+    def opened(self, conn: GuardedHandler, rank: Rank = Rank.UNKNOWN) -> bool:
+        """Register a new connection (`rank`: what its handshake showed); False when it
+        must be closed (at the cap with nothing it may evict)."""
         if len(self._open) >= self.max_connections:
-            victim = next((c for c in self._open if c not in self._answering), None)
+            victim = self._victim()
+            if victim is not None and (
+                self.certified_callers
+                and rank < Rank.AUTHENTICATED
+                and self._open[victim] is Rank.AUTHENTICATED
+            ):
+                victim = None  # a stranger never displaces the API server
             if victim is None:
                 self.cut("cap")
                 return False
             self.forget(victim)
             self.cut("evicted")
             victim.force_close()
-        self._open[conn] = None
+        self._open[conn] = rank
         return True
+
+    def _victim(self) -> GuardedHandler | None:
+        """The lowest-ranked connection not answering a review, waiting longest within it."""
+        best: GuardedHandler | None = None
+        for c, rank in self._open.items():
+            if c in self._answering:
+                continue
+            if best is None or rank < self._open[best]:
+                best = c
+                if rank is Rank.UNKNOWN:
+                    break  # the lowest rank, and the first of it: waited longest
+        return best
 
     def active(self, conn: GuardedHandler) -> None:
         """The connection made progress (a request head arrived): it goes to the back."""
-        if conn in self._open:
-            del self._open[conn]
-            self._open[conn] = None
+        rank = self._open.pop(conn, None)
+        if rank is not None:
+            self._open[conn] = rank
+
+    def ranked(self, conn: Any, rank: Rank) -> None:
+        """`conn` showed `rank` (a rank is never lowered)."""
+        if isinstance(conn, GuardedHandler) and conn in self._open:
+            self._open[conn] = max(self._open[conn], rank)
 
     def answering(self, conn: Any, busy: bool) -> None:
         """A review on `conn` is being answered (never evicted meanwhile), or no longer."""
@@ -106,6 +155,7 @@ class ConnectionGuard:
             self._answering.add(conn)
         else:
             self._answering.discard(conn)
+            self.ranked(conn, Rank.ANSWERED)
             self.active(conn)
 
     def forget(self, conn: GuardedHandler) -> None:
@@ -130,7 +180,10 @@ class GuardedHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self._guard.opened(self):
+        # Called once the TLS handshake is done: a certificate here passed the
+        # client CA (with none configured, none is asked for).
+        rank = Rank.AUTHENTICATED if transport.get_extra_info("peercert") else Rank.UNKNOWN
+        if not self._guard.opened(self, rank):
             self.force_close()
             return
         self._arm()  # the first request's head must arrive in time too

@@ -88,13 +88,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "--client-token-file",
         metavar="FILE",
         help="authenticate the caller: /mutate answers only requests with "
-        "`Authorization: Bearer <this file's content>` (the API server's kubeconfig token)",
+        "`Authorization: Bearer <a token of this file>` (the API server's kubeconfig token; one "
+        "per line, any accepted); re-read when it changes, every --cert-check-interval",
     )
     options.add_seconds(
         tls,
         "--cert-check-interval",
         DEFAULT_CHECK_INTERVAL,
-        "how often to look for rotated certificate files, served without a restart",
+        "how often to look for rotated certificate (and client token) files, used without a "
+        "restart",
     )
     options.add_seconds(
         tls, "--shutdown-grace", 20.0, "on SIGTERM, how long reviews in flight may take to finish"
@@ -118,8 +120,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
         metavar="N",
-        help="open connections at most; a new one evicts the one waiting longest for request "
-        f"data (default {DEFAULT_MAX_CONNECTIONS})",
+        help="open connections at most; a new one evicts one waiting for request data, the "
+        "API server's (authenticated by --client-ca-file or --client-token-file) last "
+        f"(default {DEFAULT_MAX_CONNECTIONS})",
     )
     options.add_cluster_options(p.add_argument_group("Kubernetes API"))
     walk = p.add_argument_group("walk")
@@ -361,6 +364,8 @@ class Server:
         self.owner_watch = owner_watch
         self.guard = guard if guard is not None else ConnectionGuard()
         self.guard.on_cut = lambda why: self.metrics.connections_cut.labels(why).inc()
+        # The API server presents its client certificate on every connection.
+        self.guard.certified_callers = auth is not None and auth.require_client_cert
         self.reloader = reloader
         self.readiness = Readiness(cert_loaded=True, owners_settled=owner_watch is None)
         self.resolver = Resolver(
@@ -401,6 +406,11 @@ class Server:
             guard=self.guard,
             auth=auth if auth is not None and auth.enabled else None,
         )
+        self.auth = auth
+        if auth is not None and auth.token_file is not None:
+            auth.token_file.on_reload = lambda ok: self.metrics.token_reloads.labels(
+                "ok" if ok else "failed"
+            ).inc()
         self._host, self._port = host, port
         self._grace = shutdown_grace
         self._runner: web.AppRunner | None = None
@@ -433,6 +443,10 @@ class Server:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self._port
         self._tasks.append(asyncio.create_task(self.reloader.watch(), name="cert-watch"))
+        if self.auth is not None and self.auth.token_file is not None:
+            # The token file rotates like the certificate: looked at as often.
+            watch = self.auth.token_file.watch(self.reloader.interval)
+            self._tasks.append(asyncio.create_task(watch, name="token-watch"))
         if self.owner_watch is not None:
             self._tasks.append(asyncio.create_task(self._owners(), name="owner-watch"))
         log.info(

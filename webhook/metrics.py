@@ -114,6 +114,12 @@ class Metrics:
             "Serving certificate (re)loads, by result.",
             ["result"],
         )
+        self.token_reloads = c.counter(
+            "aibom_webhook_client_token_reloads_total",
+            "Re-reads of --client-token-file after it changed, by result (failed: "
+            "no valid token in it; the previous tokens are kept).",
+            ["result"],
+        )
         self.connections_cut = c.counter(
             "aibom_webhook_connections_cut_total",
             "Connections closed by the edge's limits: `header-timeout`, `body-timeout`, "

@@ -11,19 +11,20 @@ not dropped), and a rotation that leaves the files broken for a moment (cert
 written, key not yet) keeps serving the previous pair until both load.
 
 Files are watched by (inode, size, mtime) of both paths, followed through
-symlinks: a Kubernetes Secret volume swaps a `..data` symlink atomically.
+symlinks (webhook.files): a Kubernetes Secret volume swaps a `..data` symlink
+atomically.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from cryptography import x509
+
+from webhook.files import FileStat, poll, stat_of
 
 log = logging.getLogger("webhook.tls")
 
@@ -32,21 +33,6 @@ DEFAULT_CHECK_INTERVAL = 5.0
 
 class CertError(Exception):
     """The certificate or key cannot be loaded; the message says which and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Stat:
-    ino: int
-    size: int
-    mtime_ns: int
-
-
-def _stat(path: str) -> _Stat | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _Stat(st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def server_context(
@@ -126,8 +112,8 @@ class CertReloader:
     def _load(self) -> ssl.SSLContext:
         return server_context(self.cert_file, self.key_file, client_ca_file=self.client_ca_file)
 
-    def _stats(self) -> tuple[_Stat | None, _Stat | None]:
-        return (_stat(self.cert_file), _stat(self.key_file))
+    def _stats(self) -> tuple[FileStat | None, FileStat | None]:
+        return (stat_of(self.cert_file), stat_of(self.key_file))
 
     def _sni(
         self, conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, ctx: ssl.SSLContext
@@ -165,9 +151,5 @@ class CertReloader:
         return True
 
     async def watch(self) -> None:
-        """Poll the files every `interval` seconds until cancelled."""
-        while True:
-            await asyncio.sleep(self.interval)
-            if self.changed():
-                # load_cert_chain reads files: off the event loop.
-                await asyncio.to_thread(self.reload)
+        """Poll the files every `interval` seconds until cancelled (reloads off the loop)."""
+        await poll(self.interval, self.changed, self.reload)

@@ -553,6 +553,62 @@ def test_a_document_someone_edited_or_deleted_is_restored(
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
 
 
+def test_a_document_edited_under_our_own_field_managers_name_is_restored(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, start: StartAnnotator
+) -> None:
+    """Repair by content, not by who wrote it: an edit that names the annotator's own
+    field manager (an Update: `kubectl patch --field-manager`; or a server-side apply
+    of our whole document with other data, which leaves no trace in managedFields)
+    is restored like any other, whether the annotator ran meanwhile or not."""
+    manager = "--field-manager=aibom-rollup-annotator"
+    a = start()
+    apply(kubectl, dcd(ns, "kept"))
+    name = "aibom-dynamocomponentdeployment-kept"
+    path = f"/api/v1/namespaces/{ns}/configmaps/{name}"
+    original = unpack(wait_doc(control_plane, ns, name))
+    settle(control_plane, kubectl, ns)  # the root's stamp repaired, its events judged
+
+    def restored() -> bool:
+        return unpack(docs(control_plane, ns).get(name) or {}) == original
+
+    tampered = json.dumps({"data": {"aibom.json": '{"tampered": "update"}'}})
+    kubectl("patch", "-n", ns, f"configmap/{name}", "--type=merge", "-p", tampered, manager)
+    wait_for("the document patched under our name restored", restored)
+    ours = get(control_plane, path)
+    assert ours is not None
+    forged: Obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            k: ours["metadata"][k]
+            for k in ("name", "namespace", "labels", "annotations", "ownerReferences")
+        },
+        "data": {"aibom.json": '{"tampered": "apply"}'},
+    }
+    out = kubectl(
+        "apply", "--server-side", "--force-conflicts", manager, "-o", "json", "-f", "-",
+        input=json.dumps(forged),
+    )  # fmt: skip
+    assert json.loads(out.stdout)["data"] == forged["data"]  # the forgery took
+    wait_for("the document applied under our name restored", restored)
+    edited = {"reason": "edited"}
+    wait_for("both repairs counted", lambda: a.metric(REPAIRED, edited) >= 2)
+    # Nothing more: the annotator's next look at its own document writes nothing
+    # (an apply of the same content leaves the resourceVersion as it is).
+    settled_at = get(control_plane, path)
+    settle(control_plane, kubectl, ns)
+    assert get(control_plane, path) == settled_at
+    assert a.metric(REPAIRED, edited) == 2
+    # Edited under our name while no annotator runs: the next one restores it.
+    assert a.stop() == 0
+    kubectl("patch", "-n", ns, f"configmap/{name}", "--type=merge", "-p", tampered, manager)
+    start(ident="annotator-b")
+    wait_for("the document patched while stopped restored", restored)
+
+
+REPAIRED = "aibom_annotator_documents_repaired_total"
+
+
 # -- stamps --
 
 
@@ -682,8 +738,11 @@ def test_with_the_webhook_running_stamps_are_agreed_not_fought(
                 all("aibom.dev/root-uid" in v for v in s.values()) and len(s) == 3 + 2 + 2 + 1 + 1
             )
 
-        wait_for("every stamp complete", settled, 30)
-        repairs = a.metric("aibom_annotator_stamp_repairs_total")
+        # The annotator counts a repair once the API server has answered its patch,
+        # which a GET can see first: wait for the count too (two: the roots' root-uid).
+        repaired = "aibom_annotator_stamp_repairs_total"
+        wait_for("every stamp complete", lambda: settled() and a.metric(repaired) >= 2, 30)
+        repairs = a.metric(repaired)
         before = stamps()
         # Nothing flips back and forth. The witness: the deployment controller
         # syncs both ReplicaSets again (it copies a new annotation of each
@@ -704,7 +763,8 @@ def test_with_the_webhook_running_stamps_are_agreed_not_fought(
         marker = settle(control_plane, kubectl, ns)["metadata"]["name"]
         after = {k: v for k, v in stamps().items() if not k.endswith(f"/{marker}")}
         assert after == before
-        assert a.metric("aibom_annotator_stamp_repairs_total") == repairs + 1
+        wait_for("the marker's repair counted", lambda: a.metric(repaired) >= repairs + 1)
+        assert a.metric(repaired) == repairs + 1
         contested = {"reason": "contested"}
         assert a.metric("aibom_annotator_stamp_checks_skipped_total", contested) == 0
         # Only the roots' own root-uid needed the annotator.

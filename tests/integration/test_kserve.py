@@ -36,7 +36,7 @@ from tests.integration.support import (
 
 pytestmark = pytest.mark.integration
 
-# Vendored here, not in ../shared/upstream: always from tests/upstream (SOURCES.md).
+# Vendored in tests/upstream only (SOURCES.md): read from there whatever AIBOM_SHARED_DIR says.
 KSERVE = REPO_ROOT / "tests" / "upstream" / "kserve"
 CRD = KSERVE / "crds" / "serving.kserve.io_inferenceservices.yaml"
 SERVER = "kserve/huggingfaceserver:v0.15.2"

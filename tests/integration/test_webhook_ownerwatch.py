@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import json
 import uuid
 from collections.abc import Iterator
@@ -109,25 +110,6 @@ def uid(obj: Obj) -> str:
     return value
 
 
-class _Starting(Webhook):
-    """A webhook whose start also records the /readyz answers before it is ready."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.not_ready: list[str] = []
-
-    def _ready(self) -> bool:
-        if super()._ready():
-            return True
-        try:
-            status, text = self.request("GET", "/readyz")
-        except OSError:
-            return False
-        if status == 503:
-            self.not_ready.append(text.decode())
-        return False
-
-
 @contextlib.contextmanager
 def proxied(
     cp: ControlPlane,
@@ -143,7 +125,7 @@ def proxied(
     with ApiProxy(cp, ident) as proxy:
         if blackhole is not None:
             proxy.blackhole(blackhole)
-        webhook = _Starting(
+        webhook = Webhook(
             cp, workdir, name=name, kubeconfig=proxy.kubeconfig(workdir / "proxy"), args=args
         )
         webhook.start()  # returns once /readyz is 200: the index has settled
@@ -266,8 +248,14 @@ def test_not_ready_until_the_index_settles_and_gets_meanwhile(
         blackhole="/apis/apps/v1/replicasets",
     ) as hook:
         webhook = hook.webhook
-        assert isinstance(webhook, _Starting)
-        assert any("owner-index" in text for text in webhook.not_ready), webhook.not_ready
+        # Ready only once the index settled, and that by the sync timeout: its own
+        # log says so, on its clock (the test's 503s at /readyz meanwhile are up to
+        # the scheduler: a loaded machine may poll first when the 4 s are over).
+        listening = _logged(webhook, "webhook listening")
+        settled = _logged(webhook, "owner index settled")
+        assert "apps/ReplicaSet=synced" not in settled["kinds"], settled
+        assert "nvidia.com/DynamoComponentDeployment=synced" in settled["kinds"], settled
+        assert _at(settled) - _at(listening) >= 4 - 0.001, (listening, settled)
         assert hook.proxy.counts["blackholed"] >= 1
         kind = {"kind": "apps/ReplicaSet"}
         assert webhook.metric("aibom_webhook_owner_watch_synced", kind) == 0
@@ -281,3 +269,19 @@ def test_not_ready_until_the_index_settles_and_gets_meanwhile(
         child = deployment(namespace, "child", rs)  # any child naming the ReplicaSet
         _, gets, hits = hook.admit(child)
         assert (gets, hits) == (1, 0), "the unsynced kind must be fetched"
+
+
+def _logged(webhook: Webhook, msg: str) -> dict[str, Any]:
+    """The webhook's first JSON log record with this message."""
+    for line in webhook.log.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("msg") == msg:
+                return record
+    raise AssertionError(f"{msg!r} not logged:\n{webhook.log.read_text()[-3000:]}")
+
+
+def _at(record: dict[str, Any]) -> float:
+    """A record's `ts` (UTC, milliseconds) as seconds."""
+    when = dt.datetime.strptime(record["ts"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return when.replace(tzinfo=dt.UTC).timestamp()

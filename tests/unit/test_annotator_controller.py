@@ -125,3 +125,15 @@ def test_ledger_leaves_contested_objects_alone_for_a_window() -> None:
     now[0] = 2000
     ledger.prune()
     assert len(ledger) == 0
+
+
+def test_ledger_counts_repairs_to_the_same_stamp_only() -> None:
+    """A repair undone is written again with the same stamp; a new stamp (the object's
+    root changed) is news, whatever came before it in the window."""
+    ledger = RepairLedger(limit=2, window=600, now=lambda: 0.0)
+    for stamp in ("root a", "root b", "root c"):
+        assert not ledger.contested("pod", stamp)
+        ledger.record("pod", stamp)
+    assert not ledger.contested("pod", "root d")
+    ledger.record("pod", "root c")
+    assert ledger.contested("pod", "root c")

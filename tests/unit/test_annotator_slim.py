@@ -235,7 +235,9 @@ def test_siblings_share_equal_parts_only() -> None:
     assert a["metadata"]["annotations"] is b["metadata"]["annotations"]
 
 
-def managed_cm(*entries: tuple[str, dict[str, Any]]) -> Obj:
+def managed_cm(*entries: tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]) -> Obj:
+    """A document whose managedFields hold (manager, fields[, operation]) entries; the
+    operation is Apply for our field manager (as the annotator writes), else Update."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -243,7 +245,16 @@ def managed_cm(*entries: tuple[str, dict[str, Any]]) -> Obj:
             "name": "aibom-deployment-d",
             "namespace": "ns",
             "managedFields": [
-                {"manager": m, "operation": "Update", "fieldsV1": f} for m, f in entries
+                {
+                    "manager": e[0],
+                    "operation": e[2]
+                    if len(e) == 3
+                    else "Apply"
+                    if e[0] == FIELD_MANAGER
+                    else "Update",
+                    "fieldsV1": e[1],
+                }
+                for e in entries
             ],
         },
         "data": {"aibom.json": "{}"},
@@ -260,6 +271,15 @@ def test_a_document_someone_else_edited_is_marked_stale() -> None:
     # A key someone added beside ours stays theirs after our apply: not stale.
     extra: dict[str, Any] = {"f:data": {"f:notes": {}}}
     assert FOREIGN_DATA not in slim(managed_cm((FIELD_MANAGER, ours), ("kubectl-edit", extra)))
+
+
+def test_an_edit_that_borrowed_our_field_managers_name_is_marked_stale() -> None:
+    """`kubectl edit --field-manager=aibom-rollup-annotator` is an Update under our
+    name; we only ever apply, so it is someone else's write of the data."""
+    slim = slimmer(REG)
+    ours: dict[str, Any] = {"f:data": {".": {}, "f:aibom.json": {}}}
+    borrowed = slim(managed_cm((FIELD_MANAGER, {}), (FIELD_MANAGER, ours, "Update")))
+    assert borrowed[FOREIGN_DATA] is True
 
 
 def test_tracked_objects_share_pod_templates_that_serialize_the_same() -> None:

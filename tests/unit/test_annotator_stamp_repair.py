@@ -256,14 +256,13 @@ async def test_a_stamp_is_judged_only_after_the_settle_delay(start: Start) -> No
     changed = time.monotonic()
     c.upsert(DEPLOYMENT, deployment("late"))
     c.upsert(DEPLOYMENT, deployment("fixed"))
-    # A few turns of the event loop: a stamp worker that did not wait for the
-    # settle delay would judge (and patch) both objects now.
-    for _ in range(50):
-        await asyncio.sleep(0)
-    assert api.stamp_patches() == []
-    # Meanwhile the webhook stamps `fixed` (its UPDATE reaches the cache).
+    # Within the delay the webhook stamps `fixed` (its UPDATE reaches the cache).
+    # No await in between, so on any machine this comes before a worker could run
+    # (the test waited 50 loop turns here and failed when they took over 1 s).
     c.upsert(DEPLOYMENT, deployment("fixed", rv=2, stamped=True))
     await until(api, lambda: len(api.stamp_patches("late")) == 1)
+    # Not judged before the delay (a worker that did not wait would patch at once;
+    # a lower bound on the monotonic clock, which no load can make fail).
     assert api.stamp_patches("late")[0].at - changed >= settle
     # `fixed` was judged from the cache as it was then: nothing to repair.
     await checked(c.stamps)
@@ -366,3 +365,25 @@ async def test_a_stamp_undone_after_each_repair_is_left_alone_for_the_window(
     await checked(c.stamps)
     assert [len(api.stamp_patches(n)) for n in names] == [3, 3, 3]
     assert skipped(c, "contested") == 6
+
+
+async def test_an_object_whose_root_keeps_changing_is_repaired_every_time(start: Start) -> None:
+    """The ledger counts repairs undone, not repairs: a Deployment adopted, adopted by
+    another owner, then released, all within the window, gets a repair each time (it
+    used to be left contested, with the wrong root, after the second)."""
+    owners = [mk("StatefulSet", n) for n in ("a", "b")]
+    for o in owners:
+        o["metadata"]["resourceVersion"] = "1"
+    api, c = start([*owners, deployment("d")], stamp_settle=0.0, trust_owner_references=True)
+    now = [0.0]
+    c.ledger = RepairLedger(limit=c.ledger.limit, window=c.ledger.window, now=lambda: now[0])
+    await checked(c.stamps)
+    assert len(api.stamp_patches("d")) == 1
+    for rv, owner in enumerate((owners[0], owners[1], None), start=2):
+        now[0] += 60.0
+        changed = mk("Deployment", "d", owner) if owner is not None else mk("Deployment", "d")
+        changed["metadata"]["resourceVersion"] = str(rv)
+        c.upsert(DEPLOYMENT, changed)
+        await checked(c.stamps)
+    assert len(api.stamp_patches("d")) == 4
+    assert skipped(c, "contested") == 0

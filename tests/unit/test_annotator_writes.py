@@ -16,7 +16,7 @@ from typing import Any
 from aibom_core import jsf
 from aibom_core.kinds import group_kind_of
 from aibom_core.objects import Obj
-from annotator.cache import NAMESPACE
+from annotator.cache import CONFIGMAP, NAMESPACE
 from annotator.controller import Controller, Settings
 from annotator.keys import RootKey, SweepKey
 from annotator.signing import Signing
@@ -87,6 +87,60 @@ async def test_a_document_changed_since_it_was_judged_is_not_deleted_and_judged_
         {"uid": "cm-old", "resourceVersion": "5"},
         {"uid": "cm-old", "resourceVersion": changed["metadata"]["resourceVersion"]},
     ]
+
+
+# -- documents edited under our own field manager's name ------------------------------
+
+ROOT_DOC = "aibom-leaderworkerset-l"  # the root document of `controller()`'s world
+
+
+def repaired(c: Controller) -> float | None:
+    labels = {"reason": "edited"}
+    return c.metrics.registry.get_sample_value("aibom_annotator_documents_repaired_total", labels)
+
+
+def borrowed_name_edit(c: Controller, api: RecordingApi) -> Obj:
+    """Someone applies other data to the root's document under our field manager's name:
+    the server keeps our labels and annotations, and managedFields show nothing but our
+    Apply entry. The watch event that follows is all the cache learns (a new
+    resourceVersion: its ConfigMaps are metadata only)."""
+    mine = api.configmap("ns", ROOT_DOC)
+    assert mine is not None
+    forged = copy.deepcopy(mine)
+    forged["data"] = {"aibom.json": '{"bomFormat": "CycloneDX", "components": []}'}
+    stored = api.put(forged)
+    c.state.upsert(CONFIGMAP, c.slim(stored))
+    return mine
+
+
+async def test_a_document_rewritten_under_our_field_managers_name_is_restored() -> None:
+    """docs/annotator.md: a document is repaired by content, not by who wrote it."""
+    c, key, api = recorded()
+    assert await c.reconcile(key) == "written"
+    mine = borrowed_name_edit(c, api)
+    assert await c.reconcile(key) == "written"
+    restored = api.configmap("ns", ROOT_DOC)
+    assert restored is not None and restored["data"] == mine["data"]
+    assert repaired(c) == 1
+    # The version our apply returned is known: nothing more to do.
+    assert await c.reconcile(key) == "unchanged"
+
+
+async def test_after_a_restart_a_document_found_current_is_watched_for_edits_too() -> None:
+    """A new process (a restart, a failover) has written nothing: the version its first
+    reconcile found current is the one it knows."""
+    first, key, api = recorded()
+    assert await first.reconcile(key) == "written"
+    c, key = controller(Recorder())
+    write_through(c, api)
+    listed = api.configmap("ns", ROOT_DOC)
+    assert listed is not None
+    c.state.upsert(CONFIGMAP, c.slim(listed))
+    assert await c.reconcile(key) == "unchanged"
+    mine = borrowed_name_edit(c, api)
+    assert await c.reconcile(key) == "written"
+    restored = api.configmap("ns", ROOT_DOC)
+    assert restored is not None and restored["data"] == mine["data"]
 
 
 # -- stamp patches -----------------------------------------------------------------

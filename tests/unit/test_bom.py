@@ -40,7 +40,7 @@ REG = default_registry()
 TOOL = "0.1.0"
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR")
-    or Path(__file__).resolve().parents[1] / "upstream"  # vendored copy of ../shared/upstream
+    or Path(__file__).resolve().parents[1] / "upstream"  # vendored upstream files: SOURCES.md there
 )
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

@@ -31,8 +31,8 @@ ISVC = "serving.kserve.io/v1beta1"
 KNATIVE = "serving.knative.dev/v1"
 
 
-# The KServe files are vendored here only (not in ../shared/upstream): read them
-# from tests/upstream whatever AIBOM_SHARED_DIR says.
+# The KServe files are vendored in tests/upstream only (no other upstream data folder
+# holds them): read them from there whatever AIBOM_SHARED_DIR says.
 VENDORED = Path(__file__).resolve().parents[1] / "upstream"
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import json
 import logging
+import ssl
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,9 @@ from aiohttp import web
 
 from aibom_edge import kube as kube_module
 from aibom_edge.kube import Kube, KubeError, _load_credentials
+from certs.pki import issue, new_ca
 from tests.integration.oidc import FakeIdP, claims_of
+from tests.unit.webhook_fakes import serving_files
 
 
 def kubeconfig(tmp_path: Path, cluster: dict[str, object], user: dict[str, object]) -> Path:
@@ -94,6 +99,119 @@ def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path)
     assert creds.tokens.fetch() == f"tok-{runs + 1}"
     assert creds.tokens.fetch(force=True) == f"tok-{int(counter.read_text())}"
     assert int(counter.read_text()) > runs + 1
+
+
+# -- an exec plugin that answers with client certificates --
+
+
+def cert_plugin(
+    tmp_path: Path, *, expires: str, pairs: int = 3
+) -> tuple[Path, Path, dict[str, object]]:
+    """A client CA (its file returned), an exec credential plugin whose n-th run answers
+    the client certificate `client-<n>` (the last one from then on) expiring at
+    `expires`, and the kubeconfig user that runs it."""
+    now = dt.datetime.now(dt.UTC)
+    ca = new_ca(common_name="client-ca", now=now, days=1)
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    for n in range(1, pairs + 1):
+        pair = issue(ca, common_name=f"client-{n}", now=now, days=1, client=True)
+        (tmp_path / f"client-{n}.crt").write_bytes(pair.cert_pem)
+        (tmp_path / f"client-{n}.key").write_bytes(pair.key_pem)
+    counter = tmp_path / "n"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import json, os, sys\n"
+        f"d, p = {str(tmp_path)!r}, {str(counter)!r}\n"
+        f"n = min(int(open(p).read()) + 1 if os.path.exists(p) else 1, {pairs})\n"
+        "open(p, 'w').write(str(n))\n"
+        "read = lambda ext: open(os.path.join(d, f'client-{n}.{ext}')).read()\n"
+        "json.dump({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        " 'status': {'clientCertificateData': read('crt'), 'clientKeyData': read('key'),"
+        f" 'expirationTimestamp': {expires!r}}}}}, sys.stdout)\n"
+    )
+    command = {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable}
+    return (
+        counter,
+        ca_file,
+        {"exec": {**command, "args": [str(plugin)], "interactiveMode": "Never"}},
+    )
+
+
+@contextlib.asynccontextmanager
+async def client_cert_server(
+    tmp_path: Path, client_ca: Path, *, refused: frozenset[str] = frozenset()
+) -> AsyncIterator[tuple[int, list[str]]]:
+    """An HTTPS server that requires a client certificate of `client_ca` and records the
+    CN of the one each request came with; 401 for the CNs in `refused` (revoked)."""
+    serving_files(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    ctx.load_verify_locations(client_ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        cn = dict(x[0] for x in (peer or {}).get("subject", ()))["commonName"]
+        seen.append(cn)
+        status = 401 if cn in refused else 200
+        return web.json_response({"kind": "Status", "code": status}, status=status)
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/x", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    try:
+        yield runner.addresses[0][1], seen
+    finally:
+        await runner.cleanup()
+
+
+def _cert_kubeconfig(tmp_path: Path, port: int, user: dict[str, object]) -> Path:
+    cluster: dict[str, object] = {
+        "server": f"https://127.0.0.1:{port}",
+        "certificate-authority": str(tmp_path / "ca.crt"),
+    }
+    return kubeconfig(tmp_path, cluster, user)
+
+
+async def test_a_plugin_client_certificate_is_run_again_when_it_nears_expiry(
+    tmp_path: Path,
+) -> None:
+    """docs/annotator.md, Credentials: a plugin's client certificate is renewed like a
+    token (its expirationTimestamp), and new handshakes present the new one."""
+    counter, client_ca, user = cert_plugin(tmp_path, expires="2000-01-01T00:00:00Z")
+    async with client_cert_server(tmp_path, client_ca) as (port, seen):
+        creds = _load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
+        assert counter.read_text() == "1" and creds.tokens is not None
+        async with Kube(creds) as kube:
+            assert (await kube.request("GET", "/api/v1/namespaces/x")).status == 200
+            creds.tokens._checked -= 2  # a second has passed since the last look
+            assert (await kube.request("GET", "/api/v1/namespaces/x")).status == 200
+    assert seen[-1] == f"client-{counter.read_text()}" != "client-1"
+    assert kube.token_refreshes >= 1
+
+
+async def test_a_refused_plugin_client_certificate_is_replaced_and_the_request_retried(
+    tmp_path: Path,
+) -> None:
+    """After a 401 the plugin runs again (no expiry known) and the retry presents the
+    new certificate, not the refused one its kept-alive connection had."""
+    counter, client_ca, user = cert_plugin(tmp_path, expires="2999-01-01T00:00:00Z")
+    async with client_cert_server(tmp_path, client_ca, refused=frozenset({"client-1"})) as (
+        port,
+        seen,
+    ):
+        creds = _load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
+        async with Kube(creds) as kube:
+            resp = await kube.request("GET", "/api/v1/namespaces/x")
+            assert resp.status == 200, seen
+            assert (await kube.request("GET", "/api/v1/namespaces/x")).status == 200
+    assert seen == ["client-1", "client-2", "client-2"]
+    assert counter.read_text() == "2"
 
 
 async def test_proxy_environment_applies_only_without_proxy_url(

@@ -17,7 +17,7 @@ from tests.unit.kobj import bare_pod, container_spec
 
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR")
-    or Path(__file__).resolve().parents[1] / "upstream"  # vendored copy of ../shared/upstream
+    or Path(__file__).resolve().parents[1] / "upstream"  # vendored upstream files: SOURCES.md there
 )
 D = Confidence.DECLARED
 I = Confidence.INFERRED  # noqa: E741

@@ -15,9 +15,18 @@ from aibom_core.bom import RootView, build_document, validate
 from aibom_core.evidence import Confidence
 from aibom_core.images import parse_image
 from aibom_core.kinds import default_registry
-from aibom_core.runtime import IMAGE_RULES, MODULES, PROGRAMS, SUBCOMMANDS, match_image, runtimes_of
+from aibom_core.runtime import (
+    IMAGE_RULES,
+    MODULES,
+    NAMED_IMAGES,
+    PROGRAMS,
+    SUBCOMMANDS,
+    match_image,
+    runtimes_of,
+)
 from aibom_core.scrape import Container, scrape
 from tests.unit.kobj import bare_pod, container_spec
+from tests.unit.test_model_rules import _document
 
 I = Confidence.INFERRED  # noqa: E741
 
@@ -50,6 +59,8 @@ DYN = "nvcr.io/nvidia/ai-dynamo"
         ("rocm/vllm:rocm6.3.1_vllm_0.8.5_20250521", [("vllm", None, "image docker.io/rocm/vllm")]),
         ("lmsysorg/sglang:v0.4.6.post1-cu124",
          [("sglang", "0.4.6.post1", "image docker.io/lmsysorg/sglang")]),
+        ("lmsysorg/sglang-cpu:v0.4.10",
+         [("sglang", "0.4.10", "image docker.io/lmsysorg/sglang-cpu")]),
         ("nvcr.io/nvidia/tensorrt-llm/release:0.21.0",
          [("tensorrt-llm", "0.21.0", "image nvcr.io/nvidia/tensorrt-llm/*")]),
         ("nvcr.io/nvidia/tritonserver:24.08-py3",
@@ -76,6 +87,9 @@ DYN = "nvcr.io/nvidia/ai-dynamo"
         ("nvcr.io/nim/meta/llama-3.1-8b-instruct:1.12.0",
          [("nim", "1.12.0", "image nvcr.io/nim/*")]),
         (f"{DYN}/vllm-runtime:1.3.1", [("vllm", None, f"image {DYN}/vllm-runtime")]),
+        # Dynamo's nightly vLLM runtime: a nightly's tag is no release version.
+        (f"{DYN}/vllm-runtime-nightly:2025-10-01",
+         [("vllm", None, f"image {DYN}/vllm-runtime-nightly")]),
         (f"{DYN}/sglang-runtime:1.3.1", [("sglang", None, f"image {DYN}/sglang-runtime")]),
         (f"{DYN}/tensorrtllm-runtime:1.3.1",
          [("tensorrt-llm", None, f"image {DYN}/tensorrtllm-runtime")]),
@@ -140,8 +154,11 @@ def test_image_rule(image: str, expected: list[tuple[str, str | None, str]]) -> 
         "my-vllm-proxy:1.0",
         "vllm/vllm-openai-fork:v0.8.5",
         "example/notvllm/vllm-openai-ish:1",
-        "myorg/vllm:0.8.5",
         "xvllm/vllm-openai:v0.8.5",
+        # By name, only the whole last path segment `vllm` (NAMED_IMAGES).
+        "ghcr.io/acme/vllm-proxy:1",
+        "ghcr.io/acme/myvllm:1",
+        "ghcr.io/acme/vllm/router:1",
         "reg.io/team/trtllm-tools:1",
         "reg.io/tensorrt-llm-helper:1",
         "reg.io/nvidia/tensorrt-llm/release:0.21.0",  # nvcr.io namespace, elsewhere
@@ -153,6 +170,8 @@ def test_image_rule(image: str, expected: list[tuple[str, str | None, str]]) -> 
         "reg.io/nim/meta/llama:1",
         "nvcr.io/nvidia/nim-tools:1",
         "nvcr.io/nvidia/ai-dynamo/vllm-runtime-dev:1.3.1",
+        "nvcr.io/nvidia/ai-dynamo/vllm-runtime-nightly-tools:1",
+        "lmsysorg/sglang-cpu-builder:1",
         "nvcr.io/nvidia/ai-dynamo/foo-runtime:1.3.1",
         "rayproject/raylet:2.9",
         "openmmlab/lmdeploy-builder:1",
@@ -167,6 +186,55 @@ def test_image_rule(image: str, expected: list[tuple[str, str | None, str]]) -> 
 )
 def test_lookalike_images_are_not_runtimes(image: str) -> None:
     assert found(container(image)) == []
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "expected"),
+    [
+        # vLLM built by an organisation of its own, under its own name: named by the
+        # image's last path segment (the tag is that build's, no vLLM version).
+        ("ghcr.io/acme/vllm:v0.8.5", None, [("vllm", None, "image-name */vllm")]),
+        ("myorg/vllm:0.8.5", None, [("vllm", None, "image-name */vllm")]),
+        ("registry.corp:5000/ml/serving/vllm:latest", None, [("vllm", None, "image-name */vllm")]),
+        # ... or by its entrypoint: both say vLLM.
+        ("ghcr.io/acme/vllm:v0.8.5", ["vllm", "serve", "m"],
+         [("vllm", None, "command vllm serve"), ("vllm", None, "image-name */vllm")]),
+        # A command that names another runtime makes the name ambiguous: only the command.
+        ("ghcr.io/acme/vllm:v0.8.5", ["python", "-m", "sglang.launch_server"],
+         [("sglang", None, "command python -m sglang")]),
+        # A row of the table wins over the name (its version is the tag's).
+        ("rocm/vllm:rocm6.3.1_vllm_0.8.5_20250521", None,
+         [("vllm", None, "image docker.io/rocm/vllm")]),
+    ],
+)  # fmt: skip
+def test_an_image_named_after_its_runtime_where_unambiguous(
+    image: str, command: list[str] | None, expected: list[tuple[str, str | None, str]]
+) -> None:
+    assert found(container(image, command=command)) == expected
+
+
+@pytest.mark.parametrize(
+    ("image", "command"),
+    [
+        ("rayproject/ray:2.40.0-py311-gpu", ["serve", "run", "app:main"]),
+        ("rayproject/ray:2.40.0-py311-gpu",
+         ["sh", "-c", "ray start --head && serve deploy s.yaml"]),
+        ("rayproject/ray-ml:2.40.0", ["serve", "run", "config.yaml"]),
+        ("anyscale/ray:2.40.0", ["serve", "run", "config.yaml"]),
+    ],
+)  # fmt: skip
+def test_a_ray_image_serving_through_ray_serve_is_named_ray_serve_with_rays_version(
+    image: str, command: list[str]
+) -> None:
+    """Ray Serve ships inside Ray: a Ray release image that runs a Serve entrypoint is
+    Ray Serve of that release (and still a Ray cluster)."""
+    got = {(r, v) for r, v, _ in found(container(image, command=command))}
+    assert got == {("ray", "2.40.0"), ("ray-serve", "2.40.0")}
+
+
+def test_a_ray_image_without_serve_is_no_ray_serve() -> None:
+    got = found(container("rayproject/ray:2.40.0", command=["ray", "start", "--head"]))
+    assert got == [("ray", "2.40.0", "image docker.io/rayproject/ray")]
 
 
 @pytest.mark.parametrize(
@@ -253,6 +321,9 @@ def test_every_table_entry_has_a_positive_test() -> None:
         assert any(program in c for c in commands), program
     for program, sub in SUBCOMMANDS:
         assert any(f"{program} {sub}" in c for c in commands), (program, sub)
+    named = [p[0] for p in _marks(test_an_image_named_after_its_runtime_where_unambiguous)]
+    for name in NAMED_IMAGES:
+        assert any(str(i).partition(":")[0].endswith(f"/{name}") for i in named), name
 
 
 def _marks(fn: Any) -> list[Any]:
@@ -307,3 +378,27 @@ def test_the_document_records_the_rule_and_version_source() -> None:
     assert ("aibom.runtime.rule", "image docker.io/vllm/vllm-openai") in props
     assert ("aibom.runtime.version-from", "env VLLM_VERSION") in props
     assert ("aibom.evidence.spec", "Deployment/d#/spec/template/spec/containers/0/env/0") in props
+
+
+@pytest.mark.parametrize(
+    ("image", "command", "framework"),
+    [
+        ("nvcr.io/nvidia/ai-dynamo/vllm-runtime-nightly:2025-10-01", None, ("vllm", None)),
+        ("lmsysorg/sglang-cpu:v0.4.10", None, ("sglang", "0.4.10")),
+        ("ghcr.io/acme/vllm:v0.8.5", None, ("vllm", None)),
+        ("rayproject/ray:2.40.0-py311", ["serve", "run", "app:main"], ("ray-serve", "2.40.0")),
+    ],
+)  # fmt: skip
+def test_images_that_exist_reach_the_document(
+    image: str, command: list[str] | None, framework: tuple[str, str | None]
+) -> None:
+    """Images that exist and were missed, in the document: the runtime component, and (a serving
+    runtime that names no model) the unresolved model placeholder."""
+    spec: dict[str, Any] = {"name": "c", "image": image}
+    if command:
+        spec["command"] = command
+    components = _document([spec])["components"]
+    frameworks = {(c["name"], c.get("version")) for c in components if c["type"] == "framework"}
+    assert framework in frameworks
+    models = [c for c in components if c["type"] == "machine-learning-model"]
+    assert [m["name"] for m in models] == ["unresolved"]

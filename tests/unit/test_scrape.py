@@ -14,7 +14,7 @@ from aibom_core.scrape import Container, nim_image, pod_signature, scrape
 
 UPSTREAM = Path(
     os.environ.get("AIBOM_SHARED_DIR")
-    or Path(__file__).resolve().parents[1] / "upstream"  # vendored copy of ../shared/upstream
+    or Path(__file__).resolve().parents[1] / "upstream"  # vendored upstream files: SOURCES.md there
 )
 
 

@@ -84,6 +84,9 @@ _DOC = re.compile(r"(?<![\w/])docs/[A-Za-z0-9_-]+\.md")
 # What a newcomer cannot open: the team's notes outside this repository, design
 # numbers and issue numbers.
 _UNREACHABLE = re.compile(r"\bARCHITECTURE\.md\b|\b[Dd]esign[ /-]?0\d\d\b|\b[Ii]ssue #?\d+")
+# A folder beside the checkout that a workspace may hold and a clone does not: cite the
+# repository's own copies (tests/upstream/ and its SOURCES.md) or the upstream project.
+_OUTSIDE = re.compile(r"\.\./shared\b")
 
 
 def _tracked(*suffixes: str) -> list[Path]:
@@ -101,6 +104,7 @@ def dangling(path: Path, text: str) -> list[str]:
     """Links of a Markdown file, and docs/*.md names anywhere, that lead nowhere; and
     references to what is not in the repository."""
     found = [m.group(0) for m in _UNREACHABLE.finditer(text)]
+    found += [m.group(0) for m in _OUTSIDE.finditer(text)]
     found += [d for d in _DOC.findall(text) if not (REPO / d).is_file()]
     if path.suffix == ".md":
         for target in _LINK.findall(text):
@@ -117,6 +121,9 @@ def test_the_rule_finds_what_leads_nowhere() -> None:
     assert dangling(REPO / "x.py", "# docs/webhook.md and docs/nope.md, issue #12") == [
         "issue #12",
         "docs/nope.md",
+    ]
+    assert dangling(REPO / "examples/x.yaml", "# after ../shared/upstream/lws/x.yaml") == [
+        "../shared"
     ]
 
 

@@ -25,7 +25,7 @@ JSON = {"Content-Type": "application/json"}
 
 
 async def _serve(
-    tmp_path: Path, *, cert: bool, token: bool
+    tmp_path: Path, *, cert: bool, token: bool, interval: float = 5.0
 ) -> AsyncIterator[tuple[int, Path, Server]]:
     serving_files(tmp_path)
     caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=True)
@@ -36,7 +36,10 @@ async def _serve(
         registry=default_registry(),
         keys=Keys(),
         reloader=CertReloader(
-            str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), client_ca_file=client_ca
+            str(tmp_path / "tls.crt"),
+            str(tmp_path / "tls.key"),
+            client_ca_file=client_ca,
+            interval=interval,
         ),
         host="127.0.0.1",
         port=0,
@@ -138,6 +141,60 @@ async def test_the_client_ca_is_read_again_when_the_serving_certificate_rotates(
         ctx.load_cert_chain(str(new.cert_file), str(new.key_file))
         status, text = await _post(port, ctx)
         assert status == 200 and '"uid":"u1"' in text
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_a_rotated_token_file_is_read_again_without_a_restart(tmp_path: Path) -> None:
+    """docs/webhook.md, Who may ask: the token file is watched like the serving
+    certificate; while it holds two tokens (a rotation under way) both are
+    accepted, and once the old one is removed it is refused."""
+    async for port, d, server in _serve(tmp_path, cert=False, token=True, interval=0.05):
+        path = d / "caller" / "token"
+        old = path.read_text().strip()
+        assert (await _post(port, _ctx(d, None), _bearer(old)))[0] == 200
+        path.write_text(f"{old}\nnew-token-1\n")  # the rotation begins: both lines count
+        for _ in range(200):  # the watcher looks every 0.05 s (10 s at most, for failures)
+            if (await _post(port, _ctx(d, None), _bearer("new-token-1")))[0] == 200:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the new token was never accepted: the file is not read again")
+        assert (await _post(port, _ctx(d, None), _bearer(old)))[0] == 200
+        path.write_text("new-token-1\n")  # the rotation ends
+        for _ in range(200):
+            if (await _post(port, _ctx(d, None), _bearer(old)))[0] == 401:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the removed token is still accepted")
+        assert (await _post(port, _ctx(d, None), _bearer("new-token-1")))[0] == 200
+        reloads = server.metrics.token_reloads
+        assert reloads.labels("ok")._value.get() >= 2
+
+
+async def test_a_token_file_with_no_valid_token_keeps_the_previous_ones(tmp_path: Path) -> None:
+    # No watcher within the test (an hour): only the test's own reloads count.
+    async for port, d, server in _serve(tmp_path, cert=False, token=True, interval=3600):
+        tokens = server.auth.token_file if server.auth is not None else None
+        assert tokens is not None
+        path = d / "caller" / "token"
+        old = path.read_text().strip()
+        for half_written in ("", "two words\n"):
+            path.write_text(half_written)
+            assert tokens.reload() is False
+            assert (await _post(port, _ctx(d, None), _bearer(old)))[0] == 200
+        path.write_text("fresh\n")
+        assert tokens.reload() is True
+        assert (await _post(port, _ctx(d, None), _bearer(old)))[0] == 401
+        assert (await _post(port, _ctx(d, None), _bearer("fresh")))[0] == 200
+        reloads = server.metrics.token_reloads
+        assert (reloads.labels("failed")._value.get(), reloads.labels("ok")._value.get()) == (
+            2,
+            1,
+        )
 
 
 def test_bad_token_file_is_a_clear_error(tmp_path: Path) -> None:

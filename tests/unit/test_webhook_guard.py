@@ -22,8 +22,10 @@ from aibom_core.kinds import default_registry
 from aibom_core.objects import Obj, OwnerRef
 from aibom_core.stamp import Keys
 from aibom_core.walk import Fetched
+from tests.controlplane import WebhookCaller, webhook_caller
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
+from webhook.auth import CallerAuth
 from webhook.guard import ConnectionGuard
 from webhook.main import Server
 from webhook.resolver import OwnerCache
@@ -84,14 +86,20 @@ class GatedSource(MemorySource):
 
 
 async def _start(
-    tmp_path: Path, *, source: MemorySource | None = None, **kw: object
+    tmp_path: Path,
+    *,
+    source: MemorySource | None = None,
+    client_ca: str | None = None,
+    **kw: object,
 ) -> AsyncIterator[Live]:
     serving_files(tmp_path)
     server = Server(
         source=source if source is not None else MemorySource(),
         registry=default_registry(),
         keys=Keys(),
-        reloader=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+        reloader=CertReloader(
+            str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), client_ca_file=client_ca
+        ),
         host="127.0.0.1",
         port=0,
         cache=OwnerCache(ttl=0),
@@ -198,22 +206,28 @@ async def test_slow_clients_cannot_starve_a_real_review(tmp_path: Path) -> None:
             writer.close()
 
 
+async def _answer(reader: asyncio.StreamReader, *, within: float) -> int:
+    """The status of the next answer on an open connection, read whole (the next one
+    then starts clean)."""
+    async with asyncio.timeout(within):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.lower().split(b"\r\n")
+            if line.startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+    return int(head.split(b" ", 2)[1])
+
+
 async def _healthy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """Whether this open connection still answers a request (GET /healthz: 200)."""
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     try:
         await writer.drain()
-        async with asyncio.timeout(5):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.lower().split(b"\r\n")
-                if line.startswith(b"content-length:")
-            )
-            await reader.readexactly(length)  # the whole answer: the next one starts clean
+        return await _answer(reader, within=5) == 200
     except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
         return False
-    return head.startswith(b"HTTP/1.1 200")
 
 
 async def test_at_the_cap_the_longest_waiting_is_evicted_never_a_review_in_flight(
@@ -275,3 +289,119 @@ async def test_at_the_cap_with_every_review_in_flight_a_new_connection_is_closed
         source.gate.set()
         async with asyncio.timeout(10):
             assert await asyncio.gather(*answers) == [200, 200]
+
+
+# -- at the cap, the API server's connections go last -------------------------------------
+
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _review_on(conn: Conn, token: str | None = None) -> int:
+    """A review sent on an open connection (kept alive after), as the API server sends
+    it; the status of the answer, read whole."""
+    reader, writer = conn
+    data = body(review(mk("Pod", "p"), uid="kept-alive"))
+    auth = f"Authorization: Bearer {token}\r\n".encode() if token else b""
+    writer.write(
+        b"POST /mutate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + auth
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    await writer.drain()
+    return await _answer(reader, within=10)
+
+
+async def _flood(live: Live, n: int) -> list[Conn]:
+    """`n` connections that send half a request head and wait, registered by the server
+    (a TLS 1.3 client may finish its handshake before the server has)."""
+    guard = live.server.guard
+    before = len(guard)
+    conns = []
+    for _ in range(n):
+        conn = await live.tls()
+        conn[1].write(b"POST /mutate HTTP/1.1\r\n")
+        await conn[1].drain()
+        conns.append(conn)
+    for _ in range(500):  # bounded, for failures
+        if len(guard) >= before + n:
+            return conns
+        await asyncio.sleep(0.01)
+    pytest.fail(f"{len(guard) - before} of {n} flood connections registered")
+
+
+async def _api_server(tmp_path: Path, live: Live, caller: WebhookCaller) -> Conn:
+    """A connection that presents the API server's client certificate."""
+    ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    ctx.load_cert_chain(str(caller.cert_file), str(caller.key_file))
+    return await asyncio.open_connection("127.0.0.1", live.port, ssl=ctx)
+
+
+@pytest.mark.parametrize("how", ["client-certificate", "token"])
+async def test_at_the_cap_a_flood_never_evicts_the_api_servers_idle_connection(
+    tmp_path: Path, how: str
+) -> None:
+    """The API server's idle keep-alive connection has waited longest of all; the
+    flood's connections (never a complete request) go first."""
+    caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=True)
+    assert caller.token_file is not None
+    by_cert = how == "client-certificate"
+    client_ca = str(caller.client_ca_file) if by_cert else None
+    token = None if by_cert else caller.token_file.read_text().strip()
+    auth = CallerAuth.from_files(
+        client_ca_file=client_ca, token_file=None if by_cert else str(caller.token_file)
+    )
+    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=3)
+    async for live in _start(tmp_path, guard=guard, auth=auth, client_ca=client_ca):
+        api = await (_api_server(tmp_path, live, caller) if by_cert else live.tls())
+        assert await _review_on(api, token) == 200
+        flood = await _flood(live, 2)
+        newcomer = await live.tls()  # at the cap
+        await _closed_within(flood[0][0], 5.0)
+        assert await _review_on(api, token) == 200
+        cut = live.server.metrics.connections_cut
+        assert (cut.labels("evicted")._value.get(), cut.labels("cap")._value.get()) == (1, 0)
+        for _, writer in (api, newcomer, *flood):
+            writer.close()
+
+
+async def test_with_client_certificates_a_stranger_never_displaces_the_api_server(
+    tmp_path: Path,
+) -> None:
+    """Every open connection is the API server's, idle: a newcomer without its client
+    certificate cannot be the API server (it presents one on every connection) and is
+    closed; the API server's connections stay."""
+    caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=False)
+    client_ca = str(caller.client_ca_file)
+    auth = CallerAuth.from_files(client_ca_file=client_ca, token_file=None)
+    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=2)
+    async for live in _start(tmp_path, guard=guard, auth=auth, client_ca=client_ca):
+        api = [await _api_server(tmp_path, live, caller) for _ in range(2)]
+        for conn in api:
+            assert await _review_on(conn) == 200
+        stranger = await live.tls()
+        await _closed_within(stranger[0], 5.0)
+        for conn in api:
+            assert await _review_on(conn) == 200
+        cut = live.server.metrics.connections_cut
+        assert (cut.labels("cap")._value.get(), cut.labels("evicted")._value.get()) == (1, 0)
+        for _, writer in (*api, stranger):
+            writer.close()
+
+
+async def test_without_caller_authentication_answered_connections_outlast_a_slowloris(
+    tmp_path: Path,
+) -> None:
+    """No --client-ca-file, no --client-token-file: the API server cannot be told from
+    anyone who sends valid reviews (docs/webhook.md), but a connection that had a review
+    answered still outlasts the ones that never completed a request."""
+    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=3)
+    async for live in _start(tmp_path, guard=guard):
+        answered = await live.tls()
+        assert await _review_on(answered) == 200
+        flood = await _flood(live, 2)
+        newcomer = await live.tls()  # at the cap
+        await _closed_within(flood[0][0], 5.0)
+        assert await _review_on(answered) == 200
+        for _, writer in (answered, newcomer, *flood):
+            writer.close()

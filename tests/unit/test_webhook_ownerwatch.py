@@ -374,11 +374,18 @@ def test_backoff_honours_retry_after_grows_with_jitter_and_is_capped() -> None:
 
 async def test_readiness_stops_waiting_for_a_kind_that_never_lists() -> None:
     """`wait_settled` returns once every kind synced or its sync timeout passed."""
-    watch = OwnerWatch(cast(Any, None), REG, KEYS, kinds=[DCD, DGD], sync_timeout=0.2)
+    now = [0.0]  # the watches' clock: only the test moves it, however slow the machine
+    watch = OwnerWatch(
+        cast(Any, None), REG, KEYS, kinds=[DCD, DGD], sync_timeout=0.2, clock=lambda: now[0]
+    )
     synced = watch.watches[DCD]
     synced.synced.set()
     synced._set(WatchState.WATCHING)
     assert not watch.settled
-    await asyncio.wait_for(watch.wait_settled(), 5)
+    waiting = asyncio.create_task(watch.wait_settled())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # DGD has neither listed nor timed out
+    now[0] = 0.2 + 0.01
+    await asyncio.wait_for(waiting, 5)
     assert watch.settled and not watch.watches[DGD].trusted
     assert "nvidia.com/DynamoComponentDeployment=synced" in watch.summary()

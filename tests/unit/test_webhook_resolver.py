@@ -37,7 +37,9 @@ async def test_ownerless_objects_cost_zero_requests() -> None:
 
 async def test_depth4_pod_then_cache_hits() -> None:
     source = MemorySource(DEPTH4[:-1])
-    resolver = Resolver(source, registry=REG, cache=OwnerCache(ttl=5))
+    # A clock that stands still: the second walk is within the TTL however long
+    # the machine takes between the two.
+    resolver = Resolver(source, registry=REG, cache=OwnerCache(ttl=5, clock=Clock()))
     first = await resolver.resolve(DEPTH4[-1], namespace="ns")
     assert (
         first.result.root is not None and first.result.root.kind_name == "DynamoGraphDeployment/g"
@@ -92,14 +94,18 @@ async def test_cache_is_bounded() -> None:
 
 
 async def test_deadline_gives_timeout_for_the_hop_still_waiting() -> None:
-    source = MemorySource(DEPTH4[:-1], delay=0.2)
+    source = MemorySource(DEPTH4[:-1])
+    source.held.add("Deployment")  # hop 2 is never answered while the walk runs
     resolver = Resolver(source, registry=REG, deadline=0.3, cache=OwnerCache(ttl=0))
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    res = await resolver.resolve(DEPTH4[-1], namespace="ns")
-    assert loop.time() - start < 0.45
-    # Hop 1 (ReplicaSet) came back in time, hop 2 (the Deployment) did not:
-    # nothing tracked reached, so the walk is unresolved with Timeout.
+    try:
+        # The walk returns although its GET never does: the deadline ended it (the
+        # bound is the test's, for a failure; a loaded machine only makes it later).
+        async with asyncio.timeout(30):
+            res = await resolver.resolve(DEPTH4[-1], namespace="ns")
+    finally:
+        source.release.set()
+    # Hop 1 (ReplicaSet) came back, hop 2 (the Deployment) did not: nothing
+    # tracked reached, so the walk is unresolved with Timeout.
     assert res.result.status is Rollup.UNRESOLVED
     assert res.result.failure is not None
     assert str(res.result.failure) == "Timeout apps/Deployment/g-w"

@@ -35,6 +35,8 @@ class MemorySource:
         self.objs: dict[tuple[str, str, str, str], Obj] = {}
         self.fail: dict[str, Reason] = {}  # kind -> reason
         self.raise_for: set[str] = set()  # kinds whose GET raises (a bug or transport error)
+        self.held: set[str] = set()  # kinds whose GET waits until `release` is set
+        self.release = asyncio.Event()
         self.delay = delay
         self.gets: Counter[str] = Counter()
         self.asked = asyncio.Event()  # set by the first GET
@@ -53,6 +55,8 @@ class MemorySource:
         self.asked.set()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if owner.kind in self.held:
+            await self.release.wait()
         if owner.kind in self.raise_for:
             raise RuntimeError(f"boom fetching {owner.kind}")
         if owner.kind in self.fail:
