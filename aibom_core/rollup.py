@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import zlib
 from collections.abc import Iterable
@@ -169,22 +168,63 @@ def configmap_name(kind: str, name: str) -> str:
     return f"{head}-{digest}"
 
 
+# The most a document may expand to when a reader unpacks it: a ConfigMap holds at
+# most 1 MiB, and an honest CycloneDX document gzips about 10-20 to 1, so a
+# payload that expands past this is not one of ours (a gzip bomb: 1 MiB of
+# zeros expands to 1 GiB). The annotator never writes a larger document
+# (`annotator.configmap.fit`), so every reader reads everything it writes.
+MAX_DOCUMENT_BYTES = 64 << 20
+
+
 class PackedDocumentError(ValueError):
-    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited or damaged)."""
+    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited, damaged, or a
+    gzip payload that expands past `MAX_DOCUMENT_BYTES`)."""
+
+
+_CHUNK = 1 << 20
+
+
+def gunzip(data: bytes, *, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """gzip-decompressed `data`, never holding more than `limit` bytes of it (plus one
+    1 MiB step): past that, PackedDocumentError. zlib's own `max_length` would hold
+    its output twice while joining it, so the steps are counted here."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    parts: list[bytes] = []
+    size = 0
+    tail = data
+    try:
+        while not d.eof:
+            part = d.decompress(tail, _CHUNK)
+            tail = d.unconsumed_tail
+            size += len(part)
+            if size > limit:
+                raise PackedDocumentError(
+                    f"{DATA_KEY_GZ} decompresses to more than {limit} bytes: not an AIBOM document"
+                )
+            parts.append(part)
+            if not part and not tail:
+                raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: the stream is cut short")
+    except zlib.error as exc:
+        raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: {exc}") from None
+    return b"".join(parts)
 
 
 def unpack(cm: dict[str, Any]) -> bytes | None:
     """The document an AIBOM ConfigMap holds (`aibom.json`, or gzip'd `aibom.json.gz`).
 
-    None when it holds neither key; PackedDocumentError when the gzip payload is damaged.
+    The one reader of a document's payload (the annotator's tests, `kubectl
+    aibom`, `aibom-rollup verify`): a gzip payload is expanded in bounded
+    memory (`gunzip`). None when it holds neither key; PackedDocumentError when
+    the payload is damaged or too large.
     """
     data = cm.get("data") or {}
-    if isinstance(data, dict) and DATA_KEY in data:
+    if isinstance(data, dict) and isinstance(data.get(DATA_KEY), str):
         return str(data[DATA_KEY]).encode("utf-8")
     binary = cm.get("binaryData") or {}
-    if isinstance(binary, dict) and DATA_KEY_GZ in binary:
+    if isinstance(binary, dict) and isinstance(binary.get(DATA_KEY_GZ), str):
         try:
-            return gzip.decompress(base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True))
-        except (binascii.Error, OSError, EOFError, zlib.error) as exc:
-            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64 gzip: {exc}") from None
+            packed = base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64: {exc}") from None
+        return gunzip(packed)
     return None

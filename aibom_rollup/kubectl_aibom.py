@@ -282,7 +282,7 @@ async def cmd_get(args: argparse.Namespace, source: Source, keys: Keys, out: Tex
     if args.target:
         return await _get_one(args, source, keys, out)
     ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
-    docs = await source.documents(ns, args.selector)
+    docs = await _documents(source, ns, args.selector)
     fmt = args.output or "table"
     if fmt in ("json", "yaml"):
         _emit({"items": [_doc_item(d) for d in docs]}, fmt, out)
@@ -374,9 +374,18 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
     return 0
 
 
+async def _documents(source: Source, ns: str | None, selector: str | None) -> list[Doc]:
+    """The documents of a listing; one that cannot be read is a warning, not a failure."""
+    docs = await source.documents(ns, selector)
+    for why in source.skipped:
+        print(f"warning: {why}", file=sys.stderr)
+    source.skipped.clear()
+    return docs
+
+
 async def cmd_find(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
     ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
-    docs = await source.documents(ns, args.selector)
+    docs = await _documents(source, ns, args.selector)
     hits = [
         (d, row)
         for d in docs

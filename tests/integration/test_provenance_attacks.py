@@ -1,0 +1,257 @@
+"""Attacks on the roll-up's provenance, mounted on the real control plane.
+
+Each test plays one row of the threat table in docs/provenance-guard.md: a
+tenant (a client certificate bound by RBAC to exactly the rules the row names,
+never the admin) tries to get its own image into another workload's AIBOM, or
+to make a stamp say what is not true, or to turn the annotator against
+objects that are not ours. The webhook and the annotator are the real
+processes; ReplicaSets, Pods and adoption are kube-controller-manager's.
+
+The webhook is registered for the namespaces labelled `aibom-attacks-test=true`;
+the annotator serves the test's namespace (`support.LABEL_KEY`). Nothing here
+installs the provenance guard except the tests about it, which remove it.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aibom_core.objects import Obj
+from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, Kubectl, bind_rules
+from tests.controlplane import child_env as control_plane_env
+from tests.integration.support import (
+    LABEL_KEY,
+    Annotator,
+    StartWebhook,
+    Webhook,
+    docs,
+    document,
+    grant_annotator,
+    grant_lease,
+    wait_for,
+    wait_registered,
+)
+
+pytestmark = pytest.mark.integration
+
+SELECTOR = "aibom-attacks-test"
+PROOF = "aibom.dev/edge-proof"
+OPT_OUT = "aibom.dev/provenance-guard"
+POLICY_FILE = REPO_ROOT / "manifests" / "provenance" / "policy.yaml"
+GUARD = "aibom-rollup-provenance"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+# -- identities --------------------------------------------------------------------------
+
+
+def tenant(
+    cp: ControlPlane, kubectl: Kubectl, ns: str, user: str, rules: list[Obj]
+) -> ClientIdentity:
+    """A client certificate for `user`, bound to exactly `rules` in `ns`; returned once
+    RBAC (read from an informer) lets it do the first rule's first verb."""
+    ident = cp.issue_identity(user)
+    bind_rules(kubectl, user, f"{user}-rules", rules, namespace=ns)
+    first = rules[0]
+    resource, _, sub = first["resources"][0].partition("/")
+    group = first["apiGroups"][0]
+    what = f"{resource}.{group}" if group else resource
+    can_i = ["auth", "can-i", first["verbs"][0], what, "-n", ns]
+    can_i += [f"--subresource={sub}"] if sub else []
+    wait_for(
+        f"RBAC for {user}",
+        lambda: kubectl(*can_i, kubeconfig=ident.kubeconfig, check=False).stdout.strip() == "yes",
+    )
+    return ident
+
+
+def pods(*verbs: str) -> Obj:
+    return {"apiGroups": [""], "resources": ["pods"], "verbs": list(verbs)}
+
+
+def create_as(cp: ControlPlane, who: ClientIdentity, obj: Obj) -> tuple[int, Obj]:
+    """POST `obj` as `who`: (HTTP status, the object as stored, or the Status)."""
+    ns = obj["metadata"]["namespace"]
+    group_version = obj["apiVersion"]
+    base = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    plural = {"Pod": "pods", "ReplicaSet": "replicasets", "ConfigMap": "configmaps"}[obj["kind"]]
+    resp = cp.request("POST", f"{base}/namespaces/{ns}/{plural}", obj, identity=who)
+    body: Obj = resp.json()
+    return resp.status, body
+
+
+def patch_as(
+    cp: ControlPlane, who: ClientIdentity, path: str, patch: Obj, *, kind: str = "merge"
+) -> tuple[int, Obj]:
+    resp = cp.request(
+        "PATCH", path, patch, identity=who, content_type=f"application/{kind}-patch+json"
+    )
+    body: Obj = resp.json()
+    return resp.status, body
+
+
+# -- the processes -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def webhook(start_webhook: StartWebhook) -> Webhook:
+    return start_webhook(
+        user="aibom-webhook-attacks",
+        name="aibom-rollup-attacks-test",
+        selector={SELECTOR: "true"},
+        args=("--owner-cache-ttl", "1"),
+    )
+
+
+@pytest.fixture
+def ns(webhook: Webhook, kubectl: Kubectl, namespace: str) -> str:
+    """Served by the webhook and the annotator; `aibom.dev/enabled` too, the label the
+    shipped guard and the webhook's own guard lookups read."""
+    labels = (f"{SELECTOR}=true", f"{LABEL_KEY}={namespace}", "aibom.dev/enabled=true")
+    kubectl("label", "namespace", namespace, *labels)
+    wait_registered(kubectl, namespace)
+    return namespace
+
+
+@dataclass
+class Env:
+    cp: ControlPlane
+    kubectl: Kubectl
+    ns: str
+    webhook: Webhook
+    # `annotator(*args)`: the annotator for `ns` with the webhook's key, started and
+    # leading (stopped by the fixture).
+    annotator: Callable[..., Annotator]
+
+
+@pytest.fixture
+def env(
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, webhook: Webhook, tmp_path: Path
+) -> Iterator[Env]:
+    started: list[Annotator] = []
+    kubeconfig = grant_annotator(control_plane, kubectl, "aibom-annotator-attacks")
+    grant_lease(kubectl, ns, "aibom-annotator-attacks", "aibom-test")
+
+    def annotator(*args: str) -> Annotator:
+        key = ("--provenance-key", str(webhook.dir / "provenance.key"))
+        a = Annotator(kubeconfig, tmp_path, ns, args=(*key, *args)).start()
+        started.append(a)
+        return a.wait_ready().wait_leading()
+
+    try:
+        yield Env(control_plane, kubectl, ns, webhook, annotator)
+    finally:
+        for a in started:
+            assert a.stop() == 0, a.tail()
+
+
+# -- reading documents -----------------------------------------------------------------
+
+
+def props(cm: Obj) -> dict[str, str]:
+    comp = document(cm)["metadata"]["component"]
+    return {p["name"]: p["value"] for p in comp.get("properties", [])}
+
+
+def listed(cm: Obj, prefix: str) -> list[str]:
+    return [v for k, v in sorted(props(cm).items()) if k.startswith(prefix)]
+
+
+def doc_where(
+    cp: ControlPlane, ns: str, name: str, *, what: str, check: Any, timeout: float = 90
+) -> Obj:
+    """Wait until document `name` exists and `check(cm)` holds; return it."""
+
+    def probe() -> Obj | None:
+        cm = docs(cp, ns).get(name)
+        return cm if cm is not None and check(cm) else None
+
+    found: Obj = wait_for(f"{name}: {what}", probe, timeout)
+    return found
+
+
+def pod_path(ns: str, name: str) -> str:
+    return f"/api/v1/namespaces/{ns}/pods/{name}"
+
+
+def dgd(ns: str, name: str) -> Obj:
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"services": {"worker": {"replicas": 1}}},
+    }
+
+
+# -- a document bomb ----------------------------------------------------------------------------
+
+
+def zeros_gzip(size: int) -> bytes:
+    """gzip of `size` zero bytes, made in 1 MiB steps (never holding them)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    step = b"\0" * (1 << 20)
+    out = [packer.compress(step) for _ in range(size // len(step))]
+    return b"".join(out) + packer.flush()
+
+
+def test_kubectl_aibom_reads_a_gzip_bomb_in_bounded_memory(env: Env) -> None:
+    """A tenant who may create ConfigMaps stores 1 MiB of gzip that expands to 1 GiB,
+    labelled as an AIBOM document: `kubectl aibom get` leaves it out of the listing
+    with a warning that says why, instead of taking the memory of whoever lists
+    AIBOMs (it used to expand all of it: 2.1 GiB of peak RSS)."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    who = tenant(
+        cp,
+        kubectl,
+        ns,
+        "bomber",
+        [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}],
+    )
+    bomb = zeros_gzip(1 << 30)
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "aibom-deployment-bomb",
+            "namespace": ns,
+            "labels": {"app.kubernetes.io/managed-by": "aibom-rollup"},
+        },
+        "binaryData": {"aibom.json.gz": base64.b64encode(bomb).decode()},
+    }
+    status, made = create_as(cp, who, body)
+    assert status == 201, made.get("message")
+    # The plugin's own peak resident set (VmHWM: ru_maxrss would include what a
+    # forked parent had used).
+    probe = (
+        "import re, sys\n"
+        "from aibom_rollup.kubectl_aibom import main\n"
+        "code = main(sys.argv[1:])\n"
+        "status = open('/proc/self/status').read()\n"
+        "peak = re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1)\n"
+        "print(f'peak_kib={peak}', file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    env_ = control_plane_env()
+    env_["KUBECONFIG"] = str(cp.kubeconfig)
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "get", "-n", ns, "-o", "wide"],
+        check=False,
+        cwd=REPO_ROOT,
+        env=env_,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    peak_kib = int(out.stderr.rsplit("peak_kib=", 1)[1].split()[0])
+    assert peak_kib < 200 * 1024, f"peak RSS {peak_kib // 1024} MiB:\n{out.stderr[-2000:]}"
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "aibom-deployment-bomb" in out.stderr and "more than" in out.stderr, out.stderr[-2000:]
