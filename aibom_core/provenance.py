@@ -20,8 +20,12 @@ Deployment's own `edge-proof` onto its ReplicaSets, and overwriting that copy
 would loop (`Keys.proof_key`).
 
 Everyone else (annotator, offline scan) decides with `ProofTrust`: an edge is
-proven when its namespace is guarded (the ValidatingAdmissionPolicy refused
-unproven edges at admission) or its proof verifies with the key.
+proven when its proof verifies with the key, in every namespace. A guarded
+namespace (the ValidatingAdmissionPolicy refuses unproven edges there) proves
+nothing by itself: trust follows what was checked when the edge was admitted,
+and the guard leaves no record of its checks, while an edge admitted before
+the namespace was guarded (before the policy was installed, or while the
+namespace was opted out) was never checked by it. The proof is that record.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-from collections.abc import Callable
 
 from aibom_core.objects import Obj, ObjRef, OwnerRef, annotations_of
 from aibom_core.stamp import Keys
@@ -88,24 +91,16 @@ def read_proof(child: Obj, ref: ObjRef, owner: OwnerRef, *, keys: Keys) -> str |
 class ProofTrust:
     """The edge-trust input (`aibom_core.walk.EdgeTrust`) of the annotator and the scan.
 
-    An edge is proven when its child's namespace is `guarded`, or when the
-    child's `edge-proof` annotation verifies with `key` (no key: never).
+    An edge is proven when the child's `edge-proof` annotation verifies with
+    `key` (no key: never), whether or not its namespace is guarded now (the
+    module docstring says why).
     """
 
-    def __init__(
-        self,
-        *,
-        key: bytes | None,
-        keys: Keys,
-        guarded: Callable[[str], bool] = lambda namespace: False,
-    ) -> None:
+    def __init__(self, *, key: bytes | None, keys: Keys) -> None:
         self.key = key
         self.keys = keys
-        self.guarded = guarded
 
     def proven(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> bool:
-        if self.guarded(ref.namespace):
-            return True
         if self.key is None:
             return False
         return verify(self.key, read_proof(child, ref, owner, keys=self.keys), ref, owner)

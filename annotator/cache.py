@@ -77,11 +77,12 @@ class ClusterState:
         trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
-        # Provenance: an edge counts when its namespace is guarded
-        # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
+        # Provenance: an edge counts when the webhook's edge-proof verifies
+        # (`trust_all`: every edge counts). Whether the namespace is guarded is
+        # reported in each document; it proves no edge (aibom_core.provenance).
         self.binding_exists = False
         self.trust_all = trust_all
-        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys(), guarded=self.guarded)
+        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys())
         self.graph = OwnershipGraph(
             registry, max_depth=max_depth, trust=None if trust_all else self.trust
         )
@@ -111,7 +112,8 @@ class ClusterState:
         )
 
     def set_binding(self, exists: bool) -> Dirty:
-        """The guard's binding appeared or went away: every walk may change."""
+        """The guard's binding appeared or went away: every document says whether its
+        namespace is guarded."""
         if exists == self.binding_exists:
             return Dirty()
         self.binding_exists = exists
@@ -372,10 +374,9 @@ class ClusterState:
             (self._opted.add if now else self._opted.discard)(name)
             self._opted_frozen = frozenset(self._opted)
         if not self.bulk and was and now and self.guarded(name) != was_guarded:
-            # Guarded or not any more (opt-out label): which edges count changed.
-            dirty = Dirty(roots=roots_before | set(self.roots([name])))
-            dirty.stamps = set(self.graph.namespace_keys(name))
-            return dirty
+            # Guarded or not any more (opt-out label): every document of the
+            # namespace says so (no edge, and so no stamp, changes with it).
+            return Dirty(roots=roots_before | set(self.roots([name])))
         if self.bulk or was == now:
             return Dirty()
         if now:

@@ -104,11 +104,6 @@ class Metrics:
             "aibom_webhook_provenance_cache_hits_total",
             "Edge checks answered from the SubjectAccessReview cache.",
         )
-        self.guard_lookups = c.counter(
-            "aibom_webhook_provenance_guard_gets_total",
-            "API GETs made to learn whether a namespace is guarded (namespace labels, "
-            "the ValidatingAdmissionPolicyBinding); cached for a short TTL.",
-        )
         self.cert_reloads = c.counter(
             "aibom_webhook_cert_reloads_total",
             "Serving certificate (re)loads, by result.",

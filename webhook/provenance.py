@@ -14,9 +14,10 @@ check OwnerReferencesPermissionEnforcement applies to `blockOwnerDeletion`.
 - An error or timeout of the review is `error`: the edge is not proven (the
   stamp says `Unchecked`), admission is never denied or held past the walk's
   deadline.
-- Deeper hops: an owner's own edge counts when its `edge-proof` verifies, or
-  when its namespace is guarded (opted in, no opt-out label, and the binding
-  `aibom-rollup-provenance` exists: `GuardCache`, cached GETs).
+- Deeper hops: an owner's own edge counts when its `edge-proof` verifies, in
+  every namespace. A guarded namespace proves no edge by itself: the guard
+  leaves no record of what it checked, and an edge admitted before the
+  namespace was guarded was never checked (`aibom_core.provenance`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from aibom_core.guard import BINDING_NAME
 from aibom_core.objects import (
     Obj,
     ObjRef,
@@ -42,14 +42,12 @@ from aibom_core.objects import (
     metadata,
     ref_of,
 )
-from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import proof_for, read_proof, verify
 from aibom_core.stamp import Keys
 from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Reason
 
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
-DEFAULT_GUARD_TTL = 10.0
 
 
 class Verdict(StrEnum):
@@ -126,18 +124,6 @@ def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
     if user.extra:
         spec["extra"] = {k: list(v) for k, v in user.extra}
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-
-
-class ProvenanceSource(Protocol):
-    """Everything provenance reads from the API (`aibom_edge.kube.Kube`)."""
-
-    async def finalizers_resource(self, owner: OwnerRef) -> str | None: ...
-
-    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool: ...
-
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None: ...
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool: ...
 
 
 class AccessReviewer(Protocol):
@@ -267,94 +253,6 @@ def _retrieve(flight: asyncio.Future[bool]) -> None:
         flight.exception()
 
 
-class NamespaceReader(Protocol):
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        """The namespace's labels (None: it does not exist). Raises on errors."""
-        ...
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        """Whether the ValidatingAdmissionPolicyBinding exists. Raises on errors."""
-        ...
-
-
-class GuardCache:
-    """Whether a namespace is guarded (contract: opted in, no opt-out label, binding
-    exists), from cached GETs: one namespace GET per namespace and one binding GET
-    per `ttl`. An error counts as not guarded (and is not cached)."""
-
-    def __init__(
-        self,
-        reader: NamespaceReader,
-        *,
-        opt_in: tuple[str, str] = DEFAULT_OPT_IN,
-        ttl: float = DEFAULT_GUARD_TTL,
-        clock: Callable[[], float] = time.monotonic,
-        on_get: Callable[[], None] | None = None,
-    ) -> None:
-        self._reader = reader
-        self._on_get = on_get
-        self._opt_in = opt_in
-        self.ttl = ttl
-        self._clock = clock
-        self._binding: tuple[float, bool] | None = None
-        self._labels: dict[str, tuple[float, Mapping[str, str] | None]] = {}
-        self.gets = 0  # API GETs made (metrics, benchmark)
-
-    def _count(self) -> None:
-        self.gets += 1
-        if self._on_get is not None:
-            self._on_get()
-
-    def _fresh(self, namespace: str) -> bool | None:
-        """The answer from the cache alone (None: a GET is needed)."""
-        now = self._clock()
-        entry = self._labels.get(namespace)
-        if entry is None or now - entry[0] >= self.ttl:
-            return None
-        labels = entry[1]
-        if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
-            return False
-        if self._binding is None or now - self._binding[0] >= self.ttl:
-            return None
-        return self._binding[1]
-
-    async def guarded(self, namespace: str, *, timeout: float) -> bool:
-        fresh = self._fresh(namespace)
-        if fresh is not None:  # the fast path: no await, no timer
-            return fresh
-        try:
-            async with asyncio.timeout(max(timeout, 0.001)):
-                labels = await self._namespace(namespace, timeout)
-                if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
-                    return False
-                return await self._binding_exists(timeout)
-        except Exception:
-            return False
-
-    async def _namespace(self, name: str, timeout: float) -> Mapping[str, str] | None:
-        now = self._clock()
-        entry = self._labels.get(name)
-        if entry is not None and now - entry[0] < self.ttl:
-            return entry[1]
-        self._count()
-        labels = await self._reader.namespace_labels(name, timeout=timeout)
-        if self.ttl > 0:
-            if len(self._labels) > 10_000:
-                self._labels.clear()
-            self._labels[name] = (now, labels)
-        return labels
-
-    async def _binding_exists(self, timeout: float) -> bool:
-        now = self._clock()
-        if self._binding is not None and now - self._binding[0] < self.ttl:
-            return self._binding[1]
-        self._count()
-        exists = await self._reader.binding_exists(BINDING_NAME, timeout=timeout)
-        if self.ttl > 0:
-            self._binding = (now, exists)
-        return exists
-
-
 # -- the decision for one admission ---------------------------------------------------------
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apiserver's names.SimpleNameGenerator
@@ -377,7 +275,7 @@ class EdgeDecision:
     `name`: a name to assign (CREATE with generateName and a proof to write: the
     proof binds the object's name, which the API server would only pick later).
     `trust`: the walk's edge-trust input (first hop from `first`, deeper hops
-    from the owners' proofs or a guarded namespace).
+    from the owners' proofs).
     """
 
     first: Reason | None
@@ -390,19 +288,17 @@ class EdgeDecision:
 
 class Provenance:
     """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge,
-    proofs and guarded namespaces for the hops above it."""
+    proofs for the hops above it."""
 
     def __init__(
         self,
         checker: EdgeChecker,
-        guard: GuardCache | None,
         *,
         key: bytes | None,
         keys: Keys,
         check_budget: float,
     ) -> None:
         self.checker = checker
-        self.guard = guard
         self.key = key
         self.keys = keys
         self.check_budget = check_budget
@@ -450,10 +346,7 @@ class Provenance:
                 child = dataclasses.replace(child, name=name or "")
             if child.name:
                 proof = proof_for(self.key, child, owner)
-        guarded = False
-        if first is None and self.guard is not None:
-            guarded = await self.guard.guarded(namespace, timeout=min(self.check_budget, remaining))
-        trust = _Trust(obj, first, guarded, self.key, self.keys)
+        trust = _Trust(obj, first, self.key, self.keys)
         return EdgeDecision(
             first=first, proof=proof, name=name, trust=trust, check=check, kept=kept
         )
@@ -494,22 +387,17 @@ def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
 class _Trust:
     """The walk's edge-trust input for one admission."""
 
-    __slots__ = ("_first", "_guarded", "_key", "_keys", "_obj")
+    __slots__ = ("_first", "_key", "_keys", "_obj")
 
-    def __init__(
-        self, obj: Obj, first: Reason | None, guarded: bool, key: bytes | None, keys: Keys
-    ) -> None:
+    def __init__(self, obj: Obj, first: Reason | None, key: bytes | None, keys: Keys) -> None:
         self._obj = obj
         self._first = first
-        self._guarded = guarded
         self._key = key
         self._keys = keys
 
     def __call__(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> Reason | None:
         if child is self._obj:
             return self._first
-        if self._guarded:
-            return None
         value = read_proof(child, ref, owner, keys=self._keys)
         if self._key is not None and value is not None and _verified(self._key, value, ref, owner):
             return None

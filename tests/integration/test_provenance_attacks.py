@@ -15,8 +15,11 @@ installs the provenance guard except the tests about it, which remove it.
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import subprocess
 import sys
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,19 +27,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, Kubectl, bind_rules
 from tests.controlplane import child_env as control_plane_env
+from tests.integration import support
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
     StartWebhook,
     Webhook,
+    digest,
     docs,
     document,
     grant_annotator,
     grant_lease,
+    kubectl_get,
+    set_digest,
+    stamp,
     wait_for,
     wait_registered,
 )
@@ -190,6 +199,176 @@ def dgd(ns: str, name: str) -> Obj:
         "metadata": {"name": name, "namespace": ns},
         "spec": {"services": {"worker": {"replicas": 1}}},
     }
+
+
+# -- trust in a guarded namespace is not retroactive ----------------------------------------
+
+
+def guard_binding(ns: str) -> Obj:
+    """The guard's binding for the annotator's opt-in label of this namespace (what
+    `aibom-rollup policy --namespace-label` generates for it)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": GUARD},
+        "spec": {
+            "policyName": GUARD,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": LABEL_KEY, "operator": "In", "values": [ns]},
+                        {"key": OPT_OUT, "operator": "NotIn", "values": ["disabled"]},
+                    ]
+                }
+            },
+        },
+    }
+
+
+def shipped_policy() -> Obj:
+    docs_ = [d for d in yaml.safe_load_all(POLICY_FILE.read_text()) if d]
+    policy: Obj = next(d for d in docs_ if d["kind"] == "ValidatingAdmissionPolicy")
+    return policy
+
+
+@contextlib.contextmanager
+def guard_installed(kubectl: Kubectl, *documents: Obj) -> Iterator[None]:
+    """The guard's policy and binding (cluster-scoped) for the test; removed after it."""
+    kubectl(
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(documents)}),
+    )
+    try:
+        yield
+    finally:
+        for d in documents:
+            kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found")
+
+
+def refused_now(cp: ControlPlane, who: ClientIdentity, ns: str, owner: Obj) -> bool:
+    """Whether the guard refuses a forged controller reference in `ns` right now."""
+    probe = support.pod(ns, f"probe-{uuid.uuid4().hex[:6]}", owner, "registry.example/x:1")
+    resp = cp.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", probe, identity=who)
+    return resp.status == 403
+
+
+def forged_pod(cp: ControlPlane, who: ClientIdentity, ns: str, name: str, owner: Obj) -> Obj:
+    status, made = create_as(cp, who, support.pod(ns, name, owner, f"evil.example/{name}:1"))
+    assert status == 201, made
+    assert stamp(made)["aibom.dev/rollup"] == "unproven", stamp(made)
+    set_digest(cp, ns, name, f"evil.example/{name}:1", digest(name))
+    return made
+
+
+GRAPH_DOC = "aibom-dynamographdeployment-graph"
+
+
+def test_installing_the_guard_does_not_prove_what_it_never_checked(env: Env) -> None:
+    """Forgeries made while the namespace had no guard (a Pod, and a ReplicaSet scaled
+    up only once the guard is in place) stay out of the AIBOM after it is installed."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    env.annotator()
+    graph = support.apply(kubectl, dgd(ns, "graph"))
+    rs_rules = {
+        "apiGroups": ["apps"],
+        "resources": ["replicasets"],
+        "verbs": ["create", "get", "patch"],
+    }
+    who = tenant(cp, kubectl, ns, "early", [pods("create", "get"), rs_rules])
+    forged_pod(cp, who, ns, "early-pod", graph)
+    rs = support.workload(
+        "ReplicaSet",
+        ns,
+        "early-rs",
+        graph,
+        replicas=0,
+        template=support.template({"app": "early"}, "evil.example/early-rs:1"),
+    )
+    status, made = create_as(cp, who, rs)
+    assert status == 201, made
+    assert stamp(made)["aibom.dev/rollup"] == "unproven"
+    doc_where(
+        cp,
+        ns,
+        GRAPH_DOC,
+        what="the forgeries listed, unguarded",
+        check=lambda cm: (
+            props(cm).get("aibom.provenance.guarded") == "false"
+            and listed(cm, "aibom.rollup.unproven.") == ["Pod/early-pod", "ReplicaSet/early-rs"]
+        ),
+    )
+    with guard_installed(kubectl, shipped_policy(), guard_binding(ns)):
+        wait_for("the guard in effect", lambda: refused_now(cp, who, ns, graph), timeout=60)
+        doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what="the namespace guarded",
+            check=lambda cm: props(cm).get("aibom.provenance.guarded") == "true",
+        )
+        # Scaling keeps the ReplicaSet's reference: the guard does not look again.
+        path = f"/apis/apps/v1/namespaces/{ns}/replicasets/early-rs"
+        status, body = patch_as(cp, who, path, {"spec": {"replicas": 1}})
+        assert status == 200, body
+        (child,) = wait_for(
+            "the ReplicaSet's Pod",
+            lambda: kubectl_get(kubectl, ns, "pods", "-l", "app=early")["items"],
+        )
+        assert stamp(child) == {
+            "aibom.dev/rollup": "unproven",
+            "aibom.dev/rollup-reason": "Unproven nvidia.com/DynamoGraphDeployment/graph",
+        }, stamp(child)
+        child_name = child["metadata"]["name"]
+        set_digest(cp, ns, child_name, "evil.example/early-rs:1", digest(child_name))
+        # A positive witness that the annotator has seen the child and its digest:
+        # the count of unproven edges includes it.
+        support.settle(cp, kubectl, ns)
+        cm = docs(cp, ns)[GRAPH_DOC]
+        assert props(cm)["aibom.provenance.guarded"] == "true"
+        text = json.dumps(document(cm))
+        assert "evil.example" not in text, listed(cm, "aibom.rollup.")
+        assert listed(cm, "aibom.rollup.unproven.") == ["Pod/early-pod", "ReplicaSet/early-rs"]
+
+
+def test_opting_out_and_in_again_does_not_prove_what_came_in_between(env: Env) -> None:
+    """`aibom.dev/provenance-guard=disabled` (the docs' advice for a controller that lacks
+    the permission), a forgery, then the label removed: the forgery stays out."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    env.annotator()
+    graph = support.apply(kubectl, dgd(ns, "graph"))
+    who = tenant(cp, kubectl, ns, "between", [pods("create", "get")])
+    with guard_installed(kubectl, shipped_policy(), guard_binding(ns)):
+        wait_for("the guard in effect", lambda: refused_now(cp, who, ns, graph), timeout=60)
+        kubectl("label", "namespace", ns, f"{OPT_OUT}=disabled")
+        wait_for("the opt-out in effect", lambda: not refused_now(cp, who, ns, graph), timeout=60)
+        forged_pod(cp, who, ns, "between", graph)
+        doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what="the forgery listed, unguarded",
+            check=lambda cm: (
+                props(cm).get("aibom.provenance.guarded") == "false"
+                and listed(cm, "aibom.rollup.unproven.") == ["Pod/between"]
+            ),
+        )
+        kubectl("label", "namespace", ns, f"{OPT_OUT}-")
+        wait_for("the guard back", lambda: refused_now(cp, who, ns, graph), timeout=60)
+        cm = doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what="the namespace guarded again",
+            check=lambda cm: props(cm).get("aibom.provenance.guarded") == "true",
+        )
+        support.settle(cp, kubectl, ns)
+        cm = docs(cp, ns)[GRAPH_DOC]
+        assert "evil.example" not in json.dumps(document(cm))
+        assert listed(cm, "aibom.rollup.unproven.") == ["Pod/between"]
 
 
 # -- a document bomb ----------------------------------------------------------------------------

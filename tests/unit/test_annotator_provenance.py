@@ -1,5 +1,6 @@
-"""The annotator's trust rule: guarded namespaces trust controller
-references; elsewhere only the webhook's edge-proof does. Nothing unproven is absorbed."""
+"""The annotator's trust rule: only the webhook's edge-proof proves a controller
+reference, guarded namespace or not (a guarded namespace is reported, and proves
+nothing it did not check). Nothing unproven is absorbed."""
 
 from __future__ import annotations
 
@@ -116,24 +117,32 @@ def test_no_key_no_guard_proves_nothing() -> None:
     assert st.resolve(rs["metadata"]["uid"]).status.value == "unproven"  # type: ignore[union-attr]
 
 
-def test_guarded_namespace_trusts_references_and_says_so() -> None:
+def test_a_guarded_namespace_is_reported_and_proves_nothing_it_did_not_check() -> None:
+    """The forgery was admitted before the guard (or while the namespace was opted
+    out): the guard never checked it, and it leaves no record of what it did check.
+    Becoming guarded changes what the documents say, not which edges count."""
     st, dep, _legit, forged = world()
     assert not st.guarded("ns")
     dirty = st.set_binding(True)
-    assert dirty.full  # every walk may change
+    assert dirty.full  # every document says whether its namespace is guarded
     assert st.guarded("ns")
-    p = props(doc_of(st, dep))
+    doc = doc_of(st, dep)
+    p = props(doc)
     assert p["aibom.provenance.guarded"] == "true"
-    assert "aibom.rollup.unproven.0" not in p
-    # Opting the namespace out of the guard: its edges need proofs again, and
-    # the namespace's roots are re-checked.
-    dirty = st.upsert(
-        NAMESPACE, ns_obj({"aibom.dev/enabled": "true", "aibom.dev/provenance-guard": "disabled"})
-    )
-    assert not st.guarded("ns") and st.guard_disabled("ns")
-    assert root_key(dep) in dirty.roots
-    assert forged["metadata"]["uid"] in dirty.stamps
-    assert props(doc_of(st, dep))["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert p["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert "evil.example/miner:1" not in json.dumps(doc)
+    # Opting the namespace out of the guard and in again: the same.
+    for labels in (
+        {"aibom.dev/enabled": "true", "aibom.dev/provenance-guard": "disabled"},
+        {"aibom.dev/enabled": "true"},
+    ):
+        dirty = st.upsert(NAMESPACE, ns_obj(labels))
+        assert root_key(dep) in dirty.roots
+        assert forged["metadata"]["uid"] not in dirty.stamps  # no verdict changed
+        p = props(doc_of(st, dep))
+        assert p["aibom.provenance.guarded"] == str(st.guarded("ns")).lower()
+        assert p["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert st.guarded("ns")
 
 
 def test_tracked_object_with_unproven_edge_is_its_own_root() -> None:

@@ -102,14 +102,12 @@ def test_a_proof_copied_onto_a_forged_object_gains_nothing() -> None:
     assert trust(elsewhere, ref_of(elsewhere), controller_ref(elsewhere)) is Reason.UNPROVEN  # type: ignore[arg-type]
 
 
-def test_no_key_proves_nothing_but_a_guarded_namespace_proves_everything() -> None:
+def test_no_key_proves_nothing() -> None:
     rs = mk("ReplicaSet", "rs")
     pod = proved(mk("Pod", "p", rs))
     ref, owner = ref_of(pod), controller_ref(pod)
     assert owner is not None
     assert ProofTrust(key=None, keys=Keys())(pod, ref, owner) is Reason.UNPROVEN
-    guarded = ProofTrust(key=None, keys=Keys(), guarded=lambda ns: ns == "ns")
-    assert guarded(mk("Pod", "q", rs), ref_of(mk("Pod", "q", rs)), owner) is None
 
 
 # -- the walk with edge trust: the rule's table ----------------------------------------------

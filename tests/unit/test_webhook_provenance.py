@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,15 +15,13 @@ from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import proof_for, verify
 from aibom_core.stamp import Keys
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, apply_patch, review, serving_files
+from tests.unit.webhook_fakes import MemorySource, apply_patch, review
 from webhook.admission import parse_review
 from webhook.app import Admitter
-from webhook.main import Server
 from webhook.metrics import Metrics
 from webhook.provenance import (
     EdgeChecker,
     FinalizersAttributes,
-    GuardCache,
     Provenance,
     SarCache,
     UserInfo,
@@ -33,7 +29,6 @@ from webhook.provenance import (
     review_body,
 )
 from webhook.resolver import OwnerCache, Resolver
-from webhook.tls import CertReloader
 
 KEY = b"q" * 32
 KEYS = Keys()
@@ -44,9 +39,6 @@ CONTROLLER = UserInfo(
     username="system:serviceaccount:kube-system:replicaset-controller",
     groups=("system:serviceaccounts",),
 )
-
-
-OPTED_IN = {"aibom.dev/enabled": "true"}
 
 
 class Clock:
@@ -60,26 +52,15 @@ class Clock:
 class FakeApi:
     """Answers reviews from a set of allowed usernames; counts every request."""
 
-    def __init__(
-        self,
-        allowed: set[str],
-        *,
-        guarded: bool = False,
-        labels: Mapping[str, str] | None = OPTED_IN,
-    ) -> None:
+    def __init__(self, allowed: set[str]) -> None:
         self.allowed = allowed
         self.reviews: list[dict[str, Any]] = []
         self.fail: BaseException | None = None
         self.delay = 0.0
-        self.guarded = guarded  # the binding exists
-        self.labels = labels  # the namespace's (None: no such namespace)
-        self.labels_of: dict[str, Mapping[str, str] | None] = {}  # other namespaces'
-        self.namespace_fail: BaseException | None = None
-        self.binding_fail: BaseException | None = None
-        self.gets = 0
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
-        return {"ReplicaSet": "replicasets", "Deployment": "deployments"}.get(owner.kind)
+        resources = {"ReplicaSet": "replicasets", "Deployment": "deployments"}
+        return {**resources, "StatefulSet": "statefulsets"}.get(owner.kind)
 
     async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
         self.reviews.append(body)
@@ -88,18 +69,6 @@ class FakeApi:
         if self.fail is not None:
             raise self.fail
         return str(body["spec"]["user"]) in self.allowed
-
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        self.gets += 1
-        if self.namespace_fail is not None:
-            raise self.namespace_fail
-        return self.labels_of.get(name, self.labels)
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        self.gets += 1
-        if self.binding_fail is not None:
-            raise self.binding_fail
-        return self.guarded
 
 
 # -- the cache -----------------------------------------------------------------------------
@@ -215,7 +184,6 @@ def _admitter(api: FakeApi, source: MemorySource, *, key: bytes | None = KEY) ->
     resolver = Resolver(source, registry=REG, deadline=0.5, cache=OwnerCache(ttl=0))
     prov = Provenance(
         EdgeChecker(api, cache=SarCache(ttl=10)),
-        GuardCache(api),
         key=key,
         keys=KEYS,
         check_budget=0.25,
@@ -347,36 +315,32 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     assert again == out
 
 
-async def test_deeper_hop_needs_a_proof_or_a_guarded_namespace() -> None:
-    dep = mk("Deployment", "d")
-    rs = mk("ReplicaSet", "rs", dep, uid="u-rs")  # no proof: admitted while the webhook was down
+async def test_a_deeper_hop_needs_its_proof_whatever_the_namespace() -> None:
+    """The hop above a Pod counts only with its own proof: a guarded namespace proves
+    nothing the guard did not check (and the webhook does not ask whether it is
+    guarded: no namespace or binding is read)."""
+    dep, rs = _unproven_above()  # no proof: admitted while the webhook was down
     api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dep, rs]))
-    out = (await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username))["metadata"]["annotations"]
-    assert out["aibom.dev/rollup"] == "unproven"
-    assert out["aibom.dev/rollup-reason"] == "Unproven apps/Deployment/d"
-    # The Pod's own edge was proven: it keeps its proof.
-    assert KEYS.edge_proof in out
-    guarded = FakeApi({CONTROLLER.username}, guarded=True)
-    adm = _admitter(guarded, MemorySource([dep, rs]))
     for name in ("p", "q"):
         out = (await _admit(adm, mk("Pod", name, rs), CONTROLLER.username))["metadata"][
             "annotations"
         ]
-        assert out["aibom.dev/rollup"] == "rolled-up"
-    assert guarded.gets == 2  # namespace + binding, once each (cached)
-
-
-# -- the guarded-namespace decision (GuardCache) ---------------------------------------------
-
-OPTED_OUT = {**OPTED_IN, "aibom.dev/provenance-guard": "disabled"}
+        assert out["aibom.dev/rollup"] == "unproven"
+        assert out["aibom.dev/rollup-reason"] == "Unproven apps/Deployment/d"
+        # The Pod's own edge was proven: it keeps its proof.
+        assert KEYS.edge_proof in out
+    # With its proof, the same hop counts.
+    _, proven_rs = _chain()
+    adm = _admitter(api, MemorySource([dep, proven_rs]))
+    assert await _rollup(adm, "r", proven_rs) == ("rolled-up", None)
 
 
 def _unproven_above(ns: str = "ns") -> tuple[Obj, Obj]:
     """A Deployment and its ReplicaSet without a proof (admitted while the webhook was
     down): a Pod's own edge to the ReplicaSet is proven, the hop above is not."""
     dep = mk("Deployment", "d", ns=ns)
-    return dep, mk("ReplicaSet", "rs", dep, ns=ns, uid=f"u-rs-{ns}")
+    return dep, mk("ReplicaSet", "rs", dep, ns=ns, uid="u-rs")
 
 
 async def _rollup(adm: Admitter, name: str, rs: Obj) -> tuple[str, str | None]:
@@ -387,87 +351,21 @@ async def _rollup(adm: Admitter, name: str, rs: Obj) -> tuple[str, str | None]:
     return ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")
 
 
-@pytest.mark.parametrize(
-    ("labels", "trusted"),
-    [
-        (OPTED_IN, True),
-        (OPTED_OUT, False),
-        ({}, False),
-        ({"aibom.dev/enabled": "false"}, False),
-        (None, False),
-    ],
-    ids=["opted-in", "opted-out", "no-opt-in", "opt-in-false", "no-namespace"],
-)
-async def test_a_deeper_hop_counts_only_in_an_opted_in_namespace_without_the_opt_out(
-    labels: Mapping[str, str] | None, trusted: bool
-) -> None:
-    """Guarded = opted in AND not `provenance-guard=disabled` AND the binding exists.
-    The binding exists in every case here: the labels alone decide."""
-    dep, rs = _unproven_above()
-    warm_dep, warm_rs = _unproven_above("warm")
-    api = FakeApi({CONTROLLER.username}, guarded=True, labels=labels)
-    api.labels_of["warm"] = OPTED_IN
-    adm = _admitter(api, MemorySource([dep, rs, warm_dep, warm_rs]))
-    # A guarded namespace first: the binding's answer is cached from then on.
-    assert await _rollup(adm, "w", warm_rs) == ("rolled-up", None)
-    want = ("rolled-up", None) if trusted else ("unproven", "Unproven apps/Deployment/d")
-    # The first Pod asks for the labels, the second is answered from the cache.
-    assert [await _rollup(adm, name, rs) for name in ("p", "q")] == [want, want]
-
-
-@pytest.mark.parametrize("failing", ["namespace", "binding"])
-async def test_a_failed_guard_lookup_is_not_guarded_and_not_cached(failing: str) -> None:
-    dep, rs = _unproven_above()
-    api = FakeApi({CONTROLLER.username}, guarded=True)
-    setattr(api, f"{failing}_fail", RuntimeError("503 Service Unavailable"))
-    adm = _admitter(api, MemorySource([dep, rs]))
-    unproven = ("unproven", "Unproven apps/Deployment/d")
-    assert await _rollup(adm, "p", rs) == unproven
-    gets = api.gets
-    assert await _rollup(adm, "q", rs) == unproven
-    assert api.gets == gets + 1  # the failed GET is made again, not answered from a cache
-    setattr(api, f"{failing}_fail", None)
-    assert await _rollup(adm, "r", rs) == ("rolled-up", None)
-
-
-async def test_a_custom_namespace_label_is_the_opt_in(tmp_path: Path) -> None:
-    """`--namespace-label team.example/aibom=on` (the Server's `opt_in`): that label
-    opts a namespace in, the default one no longer does, the opt-out still applies."""
-    serving_files(tmp_path)
-    custom = {"team.example/aibom": "on"}
-    for labels, guarded in (
-        (custom, True),
-        (OPTED_IN, False),
-        ({**custom, "aibom.dev/provenance-guard": "disabled"}, False),
-    ):
-        server = Server(
-            source=MemorySource(),
-            registry=REG,
-            keys=KEYS,
-            reloader=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
-            host="127.0.0.1",
-            port=0,
-            provenance_source=FakeApi(set(), guarded=True, labels=labels),
-            opt_in=("team.example/aibom", "on"),
-        )
-        assert server.provenance is not None and server.provenance.guard is not None
-        assert await server.provenance.guard.guarded("ns", timeout=1) is guarded, labels
-
-
 async def test_without_a_key_no_proof_is_written_and_user_proofs_are_removed() -> None:
-    dep, rs = _chain()
-    adm = _admitter(FakeApi({CONTROLLER.username}, guarded=True), MemorySource([dep, rs]), key=None)
-    pod = mk("Pod", "p", rs, annotations={KEYS.edge_proof: "v1:forged"})
+    sts = mk("StatefulSet", "s")  # the root: no hop above, which no key could prove
+    adm = _admitter(FakeApi({CONTROLLER.username}), MemorySource([sts]), key=None)
+    pod = mk("Pod", "p", sts, annotations={KEYS.edge_proof: "v1:forged"})
     out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]["annotations"]
     assert out["aibom.dev/rollup"] == "rolled-up"
     assert KEYS.edge_proof not in out
 
 
 async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_stamp() -> None:
-    """No key, so no proof: the stamp oldObject carries is the verdict of a kept edge."""
-    dep, rs = _chain()
-    api = FakeApi({CONTROLLER.username}, guarded=True)  # the hops above count
-    adm = _admitter(api, MemorySource([dep, rs]), key=None)
+    """No key, so no proof: the stamp oldObject carries is the verdict of a kept edge.
+    (No hop above can be proven without a key either: the owner here is the root.)"""
+    rs = mk("StatefulSet", "rs", uid="u-rs")
+    api = FakeApi({CONTROLLER.username})
+    adm = _admitter(api, MemorySource([rs]), key=None)
     legit = await _admit(adm, mk("Pod", "legit", rs), CONTROLLER.username)
     assert legit["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
     reviews = len(api.reviews)
@@ -476,7 +374,7 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     relabelled["metadata"]["labels"] = {"x": "y"}
     out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=legit))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "rolled-up"
-    assert out["annotations"]["aibom.dev/root"] == "Deployment/d"
+    assert out["annotations"]["aibom.dev/root"] == "StatefulSet/rs"
     assert len(api.reviews) == reviews  # not re-checked
     # alice's own Pod is unproven; an UPDATE keeping the reference, with the legit
     # Pod's stamp written into it, leaves it unproven.
@@ -487,8 +385,7 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     again["metadata"]["annotations"] = dict(legit["metadata"]["annotations"])
     out = (await _admit(adm, again, "alice", operation="UPDATE", old=forged))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "unproven"
-    assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/rs"
-    assert "aibom.dev/root" not in out["annotations"]
+    assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/StatefulSet/rs"
     assert len(api.reviews) == reviews + 1  # no review for the UPDATE
 
 
@@ -497,26 +394,29 @@ async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unprove
     key: bytes | None,
 ) -> None:
     """The Pod's own edge was proven at CREATE; only the hop above was not (the
-    binding GET failed: not guarded). Its stamp then says `unproven`, naming that
-    hop. An UPDATE keeping the reference carries the own edge as proven, with a
-    key (its proof) and without one (the stamp's reason names another hop), so
-    once the namespace reads as guarded the Pod rolls up, with no new review."""
+    ReplicaSet was admitted while the webhook was down). Its stamp says `unproven`,
+    naming that hop. An UPDATE keeping the reference carries the own edge as
+    proven, with a key (its proof) and without one (the stamp's reason names
+    another hop), with no new review: with a key, once the ReplicaSet carries its
+    proof, the Pod rolls up; without one, the reason still names the hop above."""
     dep, rs = _unproven_above()
-    api = FakeApi({CONTROLLER.username}, guarded=True)
-    api.binding_fail = RuntimeError("503 Service Unavailable")
+    api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dep, rs]), key=key)
     pod = await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username)
     ann = pod["metadata"]["annotations"]
-    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == (
-        "unproven",
-        "Unproven apps/Deployment/d",
-    )
-    api.binding_fail = None
+    hop_above = ("unproven", "Unproven apps/Deployment/d")
+    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == hop_above
+    _, proven_rs = _chain()
+    adm = _admitter(api, MemorySource([dep, proven_rs]), key=key)
     reviews = len(api.reviews)
     relabelled = json.loads(json.dumps(pod))
     relabelled["metadata"]["labels"] = {"x": "y"}
-    out = await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
-    assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod))["metadata"]
+    got = (
+        out["annotations"]["aibom.dev/rollup"],
+        out["annotations"].get("aibom.dev/rollup-reason"),
+    )
+    assert got == (("rolled-up", None) if key else hop_above)
     assert len(api.reviews) == reviews
 
 
