@@ -80,7 +80,7 @@ class ClusterState:
         # Provenance: an edge counts when the webhook's edge-proof verifies
         # (`trust_all`: every edge counts). Whether the namespace is guarded is
         # reported in each document; it proves no edge (aibom_core.provenance).
-        self.binding_exists = False
+        self.binding_exists = False  # the guard is in force (`aibom_core.guard.in_force`)
         self.trust_all = trust_all
         self.trust = ProofTrust(key=provenance_key, keys=keys or Keys())
         self.graph = OwnershipGraph(
@@ -112,8 +112,8 @@ class ClusterState:
         )
 
     def set_binding(self, exists: bool) -> Dirty:
-        """The guard's binding appeared or went away: every document says whether its
-        namespace is guarded."""
+        """The guard came into force or went out of it (its binding appeared, went away,
+        or changed): every document says whether its namespace is guarded."""
         if exists == self.binding_exists:
             return Dirty()
         self.binding_exists = exists

@@ -371,6 +371,112 @@ def test_opting_out_and_in_again_does_not_prove_what_came_in_between(env: Env) -
         assert listed(cm, "aibom.rollup.unproven.") == ["Pod/between"]
 
 
+# -- what "guarded" means -----------------------------------------------------------------
+
+
+def test_the_shipped_binding_does_not_guard_a_namespace_label_it_does_not_select(env: Env) -> None:
+    """The annotator's opt-in label is `support.LABEL_KEY`, the shipped binding selects
+    `aibom.dev/enabled`: the namespace is not guarded, and the document must not say
+    it is. `aibom-rollup policy --namespace-label` generates the binding that does."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    kubectl("label", "namespace", ns, "aibom.dev/enabled-")
+    annotator = env.annotator()
+    support.apply(kubectl, dgd(ns, "graph"))
+    shipped = [d for d in yaml.safe_load_all(POLICY_FILE.read_text()) if d]
+    with guard_installed(kubectl, *shipped):
+        # Positive witnesses: the annotator has judged the binding (it logs it when
+        # it appears), then every document it queued for that (settle).
+        wait_for(
+            "the annotator to read the binding",
+            lambda: any(
+                r.get("msg", "").startswith("provenance guard binding found")
+                for r in annotator.records()
+            ),
+        )
+        support.settle(cp, kubectl, ns)
+        cm = docs(cp, ns)[GRAPH_DOC]
+        assert props(cm)["aibom.provenance.guarded"] == "false"
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aibom_rollup",
+                "policy",
+                "--namespace-label",
+                f"{LABEL_KEY}={ns}",
+            ],
+            cwd=REPO_ROOT,
+            env=control_plane_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        generated = [d for d in yaml.safe_load_all(out) if d]
+        binding = next(d for d in generated if d["kind"] == "ValidatingAdmissionPolicyBinding")
+        assert binding["spec"] == guard_binding(ns)["spec"]
+        kubectl("apply", "--server-side", "-f", "-", input=out)
+        doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what="guarded by the generated binding",
+            check=lambda cm: props(cm).get("aibom.provenance.guarded") == "true",
+        )
+
+
+@pytest.mark.parametrize("weakened", ["audit-only", "other-selector", "no-policy"])
+def test_a_weakened_guard_is_not_called_a_guard(env: Env, weakened: str) -> None:
+    """ "Guarded" is what the API server enforces: the policy exists and is ours, the
+    binding denies, and selects the annotator's namespaces."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    env.annotator()
+    support.apply(kubectl, dgd(ns, "graph"))
+    with guard_installed(kubectl, shipped_policy(), guard_binding(ns)):
+        doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what="guarded",
+            check=lambda cm: props(cm).get("aibom.provenance.guarded") == "true",
+        )
+        patch: list[Obj]
+        if weakened == "audit-only":
+            patch = [{"op": "replace", "path": "/spec/validationActions", "value": ["Audit"]}]
+            kubectl(
+                "patch",
+                "validatingadmissionpolicybinding",
+                GUARD,
+                "--type=json",
+                "-p",
+                json.dumps(patch),
+            )
+        elif weakened == "other-selector":
+            patch = [
+                {
+                    "op": "replace",
+                    "path": "/spec/matchResources/namespaceSelector",
+                    "value": {"matchLabels": {"team": "other"}},
+                }
+            ]
+            kubectl(
+                "patch",
+                "validatingadmissionpolicybinding",
+                GUARD,
+                "--type=json",
+                "-p",
+                json.dumps(patch),
+            )
+        else:
+            kubectl("delete", "validatingadmissionpolicy", GUARD)
+        doc_where(
+            cp,
+            ns,
+            GRAPH_DOC,
+            what=f"not guarded once {weakened}",
+            check=lambda cm: props(cm).get("aibom.provenance.guarded") == "false",
+        )
+
+
 # -- a document bomb ----------------------------------------------------------------------------
 
 
