@@ -31,7 +31,7 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import ProofTrust
-from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, configmap_name
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import DocLabels
@@ -196,13 +196,38 @@ class ClusterState:
         """The opted-in namespaces (kept current from Namespace events; do not mutate)."""
         return self._opted_frozen
 
+    def ours(self, cm: Obj) -> bool:
+        """Whether a ConfigMap labelled as an AIBOM document is one of ours: its name is
+        the one the contract gives the document of the object its root-UID label
+        names (`aibom_core.rollup.configmap_name`: a workload, or one of a kind no
+        longer tracked), in that object's namespace.
+
+        The labels prove nothing: anyone who may update a ConfigMap can label it
+        as ours, and the annotator may delete any ConfigMap so labelled. Its
+        name cannot be changed by an update, and only a workload's own
+        document is named after it. A labelled ConfigMap whose workload we do
+        not know is left alone (the garbage collector removes a document of
+        ours with its root, through its ownerReference)."""
+        meta = metadata(cm)
+        ref = self.graph.ref(self.labels.root_uid_of(cm))
+        return (
+            ref is not None
+            and ref.namespace == meta.get("namespace")
+            and meta.get("name") == configmap_name(ref.kind, ref.name)
+        )
+
     def docs_of(self, uid: str) -> list[Obj]:
-        """Our ConfigMaps labelled as the document of the object with this UID."""
+        """Our ConfigMaps (`ours`) that are the document of the object with this UID."""
         names = sorted(self._cm_by_uid.get(uid, ()))
-        return [self.configmaps[n] for n in names]
+        return [cm for cm in (self.configmaps[n] for n in names) if self.ours(cm)]
 
     def docs_in(self, namespace: str) -> list[Obj]:
-        return [cm for (ns, _), cm in sorted(self.configmaps.items()) if ns == namespace]
+        """Our ConfigMaps (`ours`) in a namespace."""
+        return [
+            cm
+            for (ns, _), cm in sorted(self.configmaps.items())
+            if ns == namespace and self.ours(cm)
+        ]
 
     def doc_namespaces(self) -> list[str]:
         return sorted({ns for ns, _ in self.configmaps})

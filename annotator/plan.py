@@ -193,13 +193,9 @@ def plan_root(
             signed_by=signed_by,
         )
     owned_refs = tuple(ref_of(o) for o in entry.owned)
+    # The documents of the workloads it absorbs: ours only (`ClusterState.ours`), so
+    # never a ConfigMap someone labelled with such a workload's UID.
     supersedes = [DocRef.of(cm, for_uid=o.uid) for o in owned_refs for cm in state.docs_of(o.uid)]
-    # Our own documents under another name (a renamed scheme, a hash collision).
-    supersedes += [
-        DocRef.of(cm, for_uid=ref.uid)
-        for cm in state.docs_of(ref.uid)
-        if metadata(cm).get("name") != name
-    ]
     return RootPlan(
         key=key,
         outcome=_OUTCOME[entry.status],

@@ -38,9 +38,11 @@ from tests.integration.support import (
     Annotator,
     StartWebhook,
     Webhook,
+    deployment,
     digest,
     docs,
     document,
+    get,
     grant_annotator,
     grant_lease,
     kubectl_get,
@@ -475,6 +477,74 @@ def test_a_weakened_guard_is_not_called_a_guard(env: Env, weakened: str) -> None
             what=f"not guarded once {weakened}",
             check=lambda cm: props(cm).get("aibom.provenance.guarded") == "false",
         )
+
+
+# -- our ConfigMaps, and only ours ------------------------------------------------------------
+
+
+def test_a_configmap_a_tenant_labels_as_ours_is_never_deleted(
+    env: Env, control_plane: ControlPlane, kubectl: Kubectl
+) -> None:
+    """A tenant who may update ConfigMaps but not delete them labels someone else's as
+    an AIBOM document (managed-by and root labels naming a Pod, a rolled-up
+    workload, and a root under another name; and one in a namespace that is
+    not opted in). The annotator may delete any such labelled ConfigMap: it
+    must recognise them as not ours."""
+    cp, ns = env.cp, env.ns
+    first = env.annotator("--trust-owner-references")
+    web = support.apply(kubectl, deployment(ns, "web"))
+    (rs,) = wait_for("web's ReplicaSet", lambda: kubectl_get(kubectl, ns, "rs")["items"])
+    (p,) = wait_for("web's Pod", lambda: kubectl_get(kubectl, ns, "pods")["items"])
+    support.wait_doc(cp, ns, "aibom-deployment-web")
+    outside = support.new_namespace(cp, "attacks-outside")
+    cm_rules = {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "list", "update", "patch"],
+    }
+    who = tenant(cp, kubectl, ns, "relabeller", [cm_rules])
+    bind_rules(kubectl, "relabeller", "relabeller-rules", [cm_rules], namespace=outside)
+    victims = {
+        (ns, "app-settings"): p,  # a Pod: not a workload we document
+        (ns, "app-flags"): rs,  # a ReplicaSet: rolled up
+        (ns, "app-web"): web,  # the root, under a name that is not its document's
+        (outside, "app-outside"): web,  # a namespace that is not opted in
+    }
+    try:
+        for (where, name), root in victims.items():
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": where},
+                "data": {"owner": "the app team"},
+            }
+            assert cp.request("POST", f"/api/v1/namespaces/{where}/configmaps", body).status == 201
+            labels = {
+                "app.kubernetes.io/managed-by": "aibom-rollup",
+                "aibom.dev/root-kind": root["kind"],
+                "aibom.dev/root-name": root["metadata"]["name"],
+                "aibom.dev/root-uid": root["metadata"]["uid"],
+            }
+            path = f"/api/v1/namespaces/{where}/configmaps/{name}"
+            relabel: Obj = {"metadata": {"labels": labels}}
+
+            def relabelled(path: str = path, relabel: Obj = relabel) -> bool:
+                return patch_as(cp, who, path, relabel)[0] == 200
+
+            wait_for(f"the tenant's relabelling of {where}/{name}", relabelled)
+        support.settle(cp, kubectl, ns)
+        # A new leader sweeps every namespace with documents (a full resync): the
+        # path that deletes a document whose root is not one.
+        assert first.stop() == 0, first.tail()
+        env.annotator("--trust-owner-references")
+        support.settle(cp, kubectl, ns)
+        for where, name in victims:
+            kept = get(cp, f"/api/v1/namespaces/{where}/configmaps/{name}")
+            assert kept is not None, f"{where}/{name} was deleted"
+            assert kept["data"] == {"owner": "the app team"}, kept["data"]
+        assert "aibom-deployment-web" in docs(cp, ns)
+    finally:
+        cp.request("DELETE", f"/api/v1/namespaces/{outside}")
 
 
 # -- a document bomb ----------------------------------------------------------------------------
