@@ -13,14 +13,14 @@ import base64
 import binascii
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.bom import RootView
 from aibom_core.graph import POD, OwnershipGraph, key_of, refused_here
 from aibom_core.objects import Obj, ObjRef, ref_of
-from aibom_core.walk import HopFailure, Rollup
+from aibom_core.walk import HopFailure, Reason, Rollup, WalkResult
 
 CONFIGMAP_PREFIX = "aibom-"
 DATA_KEY = "aibom.json"
@@ -45,6 +45,9 @@ class RootEntry:
     # Objects whose controller edge to a member is not proven:
     # listed, never absorbed.
     unproven: tuple[Obj, ...] = ()
+    # Objects adopted by a member (a proven edge) that do not run its Pod template:
+    # listed apart, never absorbed.
+    mismatched: tuple[Obj, ...] = ()
 
     @property
     def reason(self) -> str | None:
@@ -60,6 +63,7 @@ class RootEntry:
             owned=self.owned,
             pods=self.pods,
             unproven=tuple(ref_of(o).kind_name for o in self.unproven),
+            mismatched=tuple(ref_of(o).kind_name for o in self.mismatched),
         )
 
     @property
@@ -76,7 +80,9 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
     result = graph.resolve(obj)
     if result.status not in _ROOTISH:
         return None
-    owned, pods, unproven = graph.members_and_unproven(key)
+    owned, pods, refused = graph.members_and_unproven(key)
+    reasons = {k: graph.resolve_key(k) for k in refused}
+    unproven, mismatched = _split(refused, reasons)
     return RootEntry(
         ref=ref,
         obj=obj,
@@ -85,7 +91,22 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
         owned=tuple(graph.get(k) or {} for k in owned),
         pods=tuple(graph.get(k) or {} for k in pods),
         unproven=tuple(graph.get(k) or {} for k in unproven),
+        mismatched=tuple(graph.get(k) or {} for k in mismatched),
     )
+
+
+def _split(
+    refused: list[str], results: Mapping[str, WalkResult | None]
+) -> tuple[list[str], list[str]]:
+    """Objects whose own edge was refused: (not proven, adopted not matching)."""
+    unproven: list[str] = []
+    mismatched: list[str] = []
+    for k in refused:
+        result = results.get(k)
+        failure = result.failure if result is not None else None
+        mismatch = failure is not None and failure.reason is Reason.ADOPTED_MISMATCH
+        (mismatched if mismatch else unproven).append(k)
+    return unproven, mismatched
 
 
 def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None) -> list[RootEntry]:
@@ -129,8 +150,11 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
         elif graph.registry.is_tracked(ref.group_kind):
             bucket[1].append(ref)
     entries = []
-    for key, owned, pods, unproven in roots.values():
+    for key, owned, pods, refused in roots.values():
         result = results[key]
+        keys_ = [key_of(r) for r in refused]
+        _, mismatched = _split(keys_, {k: results.get(k) for k in keys_})
+        apart = set(mismatched)
         entries.append(
             RootEntry(
                 ref=result.subject,
@@ -139,7 +163,8 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
                 failure=result.failure,
                 owned=_objs(graph, owned),
                 pods=_objs(graph, pods),
-                unproven=_objs(graph, unproven),
+                unproven=_objs(graph, [r for r in refused if key_of(r) not in apart]),
+                mismatched=_objs(graph, [r for r in refused if key_of(r) in apart]),
             )
         )
     entries.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))

@@ -119,21 +119,26 @@ class ClusterState:
         self.binding_exists = exists
         return Dirty(full=not self.bulk)
 
-    def unproven_edges(self) -> Counter[str]:
-        """Per opted-in namespace, controller edges (to a known owner) that are not proven."""
-        out: Counter[str] = Counter()
+    def unproven_edges(self) -> tuple[Counter[str], Counter[str]]:
+        """Per opted-in namespace, controller edges (to a known owner) not followed:
+        (not proven, adopted by an owner whose Pod template the child does not run)."""
+        unproven: Counter[str] = Counter()
+        mismatched: Counter[str] = Counter()
         graph = self.graph
         if graph.trust is None:
-            return out
+            return unproven, mismatched
         for key in list(graph.keys()):
             ref = graph.ref(key)
             if ref is None or ref.namespace not in self._opted or graph.parent_of(key) is None:
                 continue
             obj = graph.get(key)
             owner = controller_ref(obj) if obj is not None else None
-            if obj is not None and owner is not None and graph.trust(obj, ref, owner) is not None:
-                out[ref.namespace] += 1
-        return out
+            why = graph.trust(obj, ref, owner) if obj is not None and owner is not None else None
+            if why is Reason.ADOPTED_MISMATCH:
+                mismatched[ref.namespace] += 1
+            elif why is not None:
+                unproven[ref.namespace] += 1
+        return unproven, mismatched
 
     def _labelled(self, labels: Mapping[str, str]) -> bool:
         return opted_in(labels, self.opt_in_label)

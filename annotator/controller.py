@@ -462,12 +462,16 @@ class Controller:
         self.report_unproven()
 
     def report_unproven(self) -> None:
-        counts = self.state.unproven_edges()
-        for ns in set(self._unproven_reported) - set(counts):
-            self.metrics.unproven_edges.labels(ns).set(0)
-        for ns, n in counts.items():
-            self.metrics.unproven_edges.labels(ns).set(n)
-        self._unproven_reported = set(counts)
+        unproven, mismatched = self.state.unproven_edges()
+        for gauge, counts in (
+            (self.metrics.unproven_edges, unproven),
+            (self.metrics.adopted_mismatch, mismatched),
+        ):
+            for ns in self._unproven_reported - set(counts):
+                gauge.labels(ns).set(0)
+            for ns, n in counts.items():
+                gauge.labels(ns).set(n)
+        self._unproven_reported = set(unproven) | set(mismatched)
 
     async def supervise_once(self) -> None:
         await self.check_guard()

@@ -192,6 +192,13 @@ class Metrics:
             "(no verifying edge-proof), per opted-in namespace.",
             ["namespace"],
         )
+        self.adopted_mismatch = c.gauge(
+            "aibom_annotator_adopted_mismatch",
+            "Objects adopted by a controller (a proven edge added to an existing object) "
+            "that do not run its Pod template, per opted-in namespace: listed apart in the "
+            "root's AIBOM (aibom.rollup.adopted-mismatch.<i>), never absorbed.",
+            ["namespace"],
+        )
         self.guard_in_force = c.gauge(
             "aibom_annotator_guard_in_force",
             "1 while the provenance guard's policy and binding are what aibom-rollup policy "

@@ -124,6 +124,8 @@ def sources_hash(view: RootView, salt: str) -> str:
     if not salt:
         return ""
     parts = [salt, view.status, view.reason or "", repr(view.guarded), *view.unproven]
+    if view.mismatched:  # only then: every other document's hash stays what it was
+        parts += ["adopted-mismatch", *view.mismatched]
     for obj in (view.root, *view.owned, *view.pods):
         meta = metadata(obj)
         rv, uid = meta.get("resourceVersion"), meta.get("uid")

@@ -65,7 +65,7 @@ def world() -> tuple[MemorySource, list[bytes]]:
         owner = controller_ref(obj)
         assert owner is not None
         where = KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)
-        obj["metadata"]["annotations"] = {where: proof_for(KEY, ref_of(obj), owner)}
+        obj["metadata"]["annotations"] = {where: proof_for(KEY, obj, owner)}
     rs = objs[-1]
     bodies = []
     for i in range(64):

@@ -49,7 +49,7 @@ from webhook.admission import (
 from webhook.auth import CallerAuth
 from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard
 from webhook.metrics import Metrics
-from webhook.provenance import EdgeDecision, Provenance, Verdict
+from webhook.provenance import Adoption, EdgeDecision, Provenance, Verdict
 from webhook.resolver import Resolution, Resolver
 
 log = logging.getLogger("webhook.admission")
@@ -229,6 +229,20 @@ class Admitter:
                 )
         elif decision.kept:
             m.provenance_checks.labels("kept").inc()
+        if decision.adoption is not None:
+            m.adoptions.labels(decision.adoption.value).inc()
+            if decision.adoption is not Adoption.MATCHING:
+                log.info(
+                    "controller reference added to an existing object that is not its "
+                    "owner's template (or the template could not be read): not absorbed",
+                    extra={
+                        "namespace": review.namespace,
+                        "kind": review.kind,
+                        "object": review.name or _name(review),
+                        "user": (review.user_info or {}).get("username"),
+                        "result": decision.adoption.value,
+                    },
+                )
         return decision
 
     def _stamp(self, resolution: Resolution, gk: GroupKind) -> Stamp:

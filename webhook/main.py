@@ -52,6 +52,7 @@ from webhook.provenance import (
     EdgeChecker,
     Provenance,
     SarCache,
+    TemplateOwners,
 )
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
@@ -293,6 +294,7 @@ async def _main(
             ),
             auth=auth,
             provenance_source=kube,
+            template_owners=kube,
             provenance_key=key,
             sar_cache=SarCache(ttl=args.sar_cache_ttl, size=args.sar_cache_size),
         )
@@ -339,6 +341,7 @@ class Server:
         guard: ConnectionGuard | None = None,
         auth: CallerAuth | None = None,
         provenance_source: AccessReviewer | None = None,
+        template_owners: TemplateOwners | None = None,
         provenance_key: bytes | None = None,
         sar_cache: SarCache | None = None,
         owner_watch: OwnerWatch | None = None,
@@ -363,6 +366,7 @@ class Server:
         if provenance_source is not None:
             self.provenance = Provenance(
                 EdgeChecker(provenance_source, cache=sar_cache),
+                owners=template_owners,
                 key=provenance_key,
                 keys=keys,
                 check_budget=walk_deadline / 2,

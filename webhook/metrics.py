@@ -100,6 +100,15 @@ class Metrics:
             "oldObject's verdict, no review).",
             ["result"],
         )
+        self.adoptions = c.counter(
+            "aibom_webhook_adoptions_total",
+            "Controller references added to an existing object by an identity allowed to "
+            "control the owner (adoptions): `matching` (the object runs its owner's Pod "
+            "template, or the owner has none), `mismatch` (it does not: stamped unproven, "
+            "reason AdoptedMismatch, never absorbed), `error` (the owner could not be read: "
+            "Unchecked).",
+            ["result"],
+        )
         self.provenance_cache_hits = c.counter(
             "aibom_webhook_provenance_cache_hits_total",
             "Edge checks answered from the SubjectAccessReview cache.",

@@ -42,9 +42,22 @@ from aibom_core.objects import (
     metadata,
     ref_of,
 )
-from aibom_core.provenance import proof_for, read_proof, verify
+from aibom_core.provenance import (
+    TEMPLATE_CHILDREN,
+    Containers,
+    Origin,
+    check_proof,
+    created_at,
+    edge_reason,
+    matches_template,
+    origin_of,
+    pod_containers,
+    proof_for,
+    read_proof,
+)
 from aibom_core.stamp import Keys
-from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Reason
+from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Fetched, Reason
+from aibom_edge.kube import KubeError
 
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
@@ -266,11 +279,30 @@ def generated_name(prefix: str) -> str:
     return prefix[:_MAX_GENERATE_PREFIX] + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
 
 
+class Adoption(StrEnum):
+    """`aibom_webhook_adoptions_total{result}`: an edge added to an existing object."""
+
+    MATCHING = "matching"  # the object runs its owner's template (or it has none)
+    MISMATCH = "mismatch"  # it does not: proven, never absorbed
+    ERROR = "error"  # the owner could not be read: unchecked
+
+
+class TemplateOwners(Protocol):
+    """Where an adopting owner's Pod template is read (`aibom_edge.kube.Kube`)."""
+
+    async def get_owner(
+        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+    ) -> Fetched:
+        """The owner whole (its spec: the template), or why not."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeDecision:
     """What the webhook decided about the object's own controller edge.
 
-    `first`: None when the edge is proven, else why not (`Unproven`, `Unchecked`).
+    `first`: None when the edge is proven, else why not (`Unproven`, `Unchecked`,
+    `AdoptedMismatch`).
     `proof`: the `edge-proof` value the object must carry (None: none).
     `name`: a name to assign (CREATE with generateName and a proof to write: the
     proof binds the object's name, which the API server would only pick later).
@@ -284,11 +316,12 @@ class EdgeDecision:
     trust: EdgeTrust | None
     check: Check | None  # the review's outcome (None: no check was made)
     kept: bool = False  # UPDATE keeping the controller reference: not re-checked
+    adoption: Adoption | None = None  # an edge added on UPDATE: was it the template?
 
 
 class Provenance:
-    """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge,
-    proofs for the hops above it."""
+    """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge (and,
+    for an adoption, its owner's template), proofs for the hops above it."""
 
     def __init__(
         self,
@@ -297,11 +330,17 @@ class Provenance:
         key: bytes | None,
         keys: Keys,
         check_budget: float,
+        owners: TemplateOwners | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.checker = checker
         self.key = key
         self.keys = keys
         self.check_budget = check_budget
+        # None: adoptions are not compared with a template (unit tests of the rest).
+        self.owners = owners
+        # The second a proof written at a CREATE binds (aibom_core.provenance).
+        self.wall = wall
 
     async def decide(
         self,
@@ -319,45 +358,86 @@ class Provenance:
             return None
         child = ref_of(obj, namespace=namespace)
         old_owner = controller_ref(old_obj) if old_obj is not None else None
+        budget = min(self.check_budget, remaining)
+        user = UserInfo.parse(user_info)
         check: Check | None = None
+        adoption: Adoption | None = None
+        origin: Origin | None = None
+        proof: str | None = None  # a proof kept as it is
         kept = operation == "UPDATE" and old_obj is not None and _same_edge(old_owner, owner)
         if kept:
             assert old_obj is not None
-            first = self._carried(old_obj, namespace, owner)
+            first, origin, proof = self._carried(old_obj, namespace, owner)
+            if first is None and pod_containers(obj) != pod_containers(old_obj):
+                # A Pod's image changed under a kept edge: its content is now the
+                # updater's, checked as a new edge would be.
+                check = await self.checker.check(user, namespace, owner, timeout=budget)
+                first, origin, proof = _VERDICT[check.verdict], Origin.CONTROLLED, None
         else:
-            check = await self.checker.check(
-                UserInfo.parse(user_info),
-                namespace,
-                owner,
-                timeout=min(self.check_budget, remaining),
-            )
-            first = {
-                Verdict.ALLOWED: None,
-                Verdict.DENIED: Reason.UNPROVEN,
-                Verdict.ERROR: Reason.UNCHECKED,
-            }[check.verdict]
+            check = await self.checker.check(user, namespace, owner, timeout=budget)
+            first = _VERDICT[check.verdict]
+            origin = Origin.CONTROLLED
+            if first is None and operation == "UPDATE":
+                # Added to an object that already existed: an adoption. Its content
+                # is whoever created it's, not the controller's.
+                adoption = await self._adoption(obj, namespace, owner, budget)
+                origin = _ADOPTED.get(adoption)
+                first = None if origin is not None else Reason.UNCHECKED
+        if first is None and origin is Origin.MISMATCH:
+            first = Reason.ADOPTED_MISMATCH
         name: str | None = None
-        proof: str | None = None
-        if first is None and self.key is not None:
+        proven = first is None or first is Reason.ADOPTED_MISMATCH
+        if proven and origin is not None and self.key is not None and proof is None:
             meta = metadata(obj)
             if not meta.get("name"):
                 prefix = meta.get("generateName")
                 name = generated_name(prefix) if isinstance(prefix, str) and prefix else None
                 child = dataclasses.replace(child, name=name or "")
             if child.name:
-                proof = proof_for(self.key, child, owner)
+                proof = proof_for(self.key, obj, owner, origin=origin, now=self.wall(), ref=child)
+        if not proven:
+            proof = None
         trust = _Trust(obj, first, self.key, self.keys)
         return EdgeDecision(
-            first=first, proof=proof, name=name, trust=trust, check=check, kept=kept
+            first=first,
+            proof=proof,
+            name=name,
+            trust=trust,
+            check=check,
+            kept=kept,
+            adoption=adoption,
         )
 
-    def _carried(self, old_obj: Obj, namespace: str, owner: OwnerRef) -> Reason | None:
-        """The verdict oldObject carries (an UPDATE that keeps the edge is not re-checked)."""
+    async def _adoption(
+        self, obj: Obj, namespace: str, owner: OwnerRef, timeout: float
+    ) -> Adoption:
+        """Whether an adopted object runs its owner's template (its Pod template read
+        whole, with the walk's UID check): `aibom_core.provenance.matches_template`."""
+        if self.owners is None or owner.group_kind not in TEMPLATE_CHILDREN:
+            return Adoption.MATCHING  # nothing to compare with
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                got = await self.owners.get_owner(namespace, owner, timeout=timeout)
+        except (TimeoutError, KubeError):
+            return Adoption.ERROR
+        found = got.obj
+        if found is None or metadata(found).get("uid") != owner.uid:
+            return Adoption.ERROR
+        match = matches_template(obj, found)
+        return Adoption.MISMATCH if match is False else Adoption.MATCHING
+
+    def _carried(
+        self, old_obj: Obj, namespace: str, owner: OwnerRef
+    ) -> tuple[Reason | None, Origin | None, str | None]:
+        """The verdict oldObject carries (an UPDATE that keeps the edge is not
+        re-checked): (reason, origin, the proof to keep)."""
         if self.key is not None:
             old_ref = ref_of(old_obj, namespace=namespace)
             value = read_proof(old_obj, old_ref, owner, keys=self.keys)
-            ok = verify(self.key, value, old_ref, owner)
-            return None if ok else Reason.UNPROVEN
+            origin = origin_of(self.key, value, old_obj, owner, ref=old_ref)
+            if origin is None:
+                return Reason.UNPROVEN, None, None
+            return edge_reason(origin), origin, value
         # No key: the stamp the webhook gave at admission is the only record
         # (a stamp written while the webhook was down is taken at its word:
         # run with a key). `unproven` whose reason names a hop above this edge
@@ -366,13 +446,25 @@ class Provenance:
         ann = annotations_of(old_obj)
         rollup = ann.get(self.keys.rollup)
         if rollup is None:
-            return Reason.UNPROVEN
+            return Reason.UNPROVEN, None, None
         if rollup != "unproven":
-            return None
+            return None, Origin.CONTROLLED, None
         word, _, hop = ann.get(self.keys.reason, "").partition(" ")
         gk = owner.group_kind
         above = word in UNPROVEN_REASONS and hop not in ("", hop_of(gk.group, gk.kind, owner.name))
-        return None if above else Reason.UNPROVEN
+        if above:
+            return None, Origin.CONTROLLED, None
+        if word == Reason.ADOPTED_MISMATCH.value:
+            return Reason.ADOPTED_MISMATCH, Origin.MISMATCH, None
+        return Reason.UNPROVEN, None, None
+
+
+_VERDICT = {
+    Verdict.ALLOWED: None,
+    Verdict.DENIED: Reason.UNPROVEN,
+    Verdict.ERROR: Reason.UNCHECKED,
+}
+_ADOPTED = {Adoption.MATCHING: Origin.ADOPTED, Adoption.MISMATCH: Origin.MISMATCH}
 
 
 def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
@@ -399,13 +491,30 @@ class _Trust:
         if child is self._obj:
             return self._first
         value = read_proof(child, ref, owner, keys=self._keys)
-        if self._key is not None and value is not None and _verified(self._key, value, ref, owner):
-            return None
-        return Reason.UNPROVEN
+        if self._key is None or value is None:
+            return Reason.UNPROVEN
+        origin = _origin(
+            self._key,
+            value,
+            ref,
+            owner,
+            created=created_at(child),
+            containers=pod_containers(child),
+        )
+        return edge_reason(origin)
 
 
 @functools.lru_cache(maxsize=4096)
-def _verified(key: bytes, value: str, ref: ObjRef, owner: OwnerRef) -> bool:
-    """`verify`, memoised: the owners above a Pod are the same objects admission after
-    admission (the owner cache), and a verdict is a pure function of its inputs."""
-    return verify(key, value, ref, owner)
+def _origin(
+    key: bytes,
+    value: str,
+    ref: ObjRef,
+    owner: OwnerRef,
+    *,
+    created: float | None,
+    containers: Containers | None,
+) -> Origin | None:
+    """`check_proof`, memoised: the owners above a Pod are the same objects admission
+    after admission (the owner cache), and a verdict is a pure function of what it
+    reads of them (identity, creation, containers)."""
+    return check_proof(key, value, ref, owner, created=created, containers=containers)

@@ -15,10 +15,12 @@ installs the provenance guard except the tests about it, which remove it.
 from __future__ import annotations
 
 import base64
+import calendar
 import contextlib
 import json
 import subprocess
 import sys
+import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aibom_core import provenance
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, Kubectl, bind_rules
 from tests.controlplane import child_env as control_plane_env
@@ -201,6 +204,164 @@ def dgd(ns: str, name: str) -> Obj:
         "metadata": {"name": name, "namespace": ns},
         "spec": {"services": {"worker": {"replicas": 1}}},
     }
+
+
+# -- adoption ---------------------------------------------------------------------------------
+
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def test_an_adopted_pod_that_is_not_the_template_is_listed_apart(env: Env) -> None:
+    """The tenant's bare Pod carries the labels of `web`'s Pods (readable on any of
+    them): the real ReplicaSet controller adopts it, with a permission it holds,
+    and deletes one of `web`'s own Pods to keep its count. Its image is not the
+    template's: listed apart, kept out of the document, stamped so, counted."""
+    cp, kubectl, ns, webhook = env.cp, env.kubectl, env.ns, env.webhook
+    annotator = env.annotator()
+    support.apply(kubectl, deployment(ns, "web", replicas=3, image="registry.example/web:1"))
+    (rs,) = wait_for("web's ReplicaSet", lambda: kubectl_get(kubectl, ns, "rs")["items"])
+    rs_name = rs["metadata"]["name"]
+    hash_ = rs["metadata"]["labels"]["pod-template-hash"]
+    wait_for("3 Pods of web", lambda: len(kubectl_get(kubectl, ns, "pods")["items"]) == 3)
+    who = tenant(cp, kubectl, ns, "adopter", [pods("create", "get")])
+    labels = {"app": "web", "pod-template-hash": hash_}
+    # A deletion cost above the real Pods' 0: the ReplicaSet deletes theirs instead.
+    visitor = support.pod(ns, "visitor", None, "evil.example/visitor:1", **labels)
+    twin = support.pod(ns, "twin", None, "registry.example/web:1", **labels)
+    for made in (visitor, twin):
+        made["metadata"]["annotations"] = {DELETION_COST: "1000"}
+        status, body = create_as(cp, who, made)
+        assert status == 201, body
+
+    def adopted(name: str) -> Obj | None:
+        now = get(cp, pod_path(ns, name)) or {}
+        refs = now.get("metadata", {}).get("ownerReferences") or []
+        return now if any(r.get("uid") == rs["metadata"]["uid"] for r in refs) else None
+
+    visitor = wait_for("the ReplicaSet to adopt the visitor", lambda: adopted("visitor"))
+    twin = wait_for("the ReplicaSet to adopt the twin", lambda: adopted("twin"))
+    assert stamp(visitor) == {
+        "aibom.dev/rollup": "unproven",
+        "aibom.dev/rollup-reason": f"AdoptedMismatch apps/ReplicaSet/{rs_name}",
+    }, stamp(visitor)
+    # Adoption as such is Kubernetes' business: a Pod that is the template rolls up.
+    assert stamp(twin)["aibom.dev/rollup"] == "rolled-up", stamp(twin)
+    assert webhook.metric("aibom_webhook_adoptions_total", {"result": "mismatch"}) >= 1
+    assert webhook.metric("aibom_webhook_adoptions_total", {"result": "matching"}) >= 1
+    set_digest(cp, ns, "visitor", "evil.example/visitor:1", digest("visitor"))
+    set_digest(cp, ns, "twin", "registry.example/web:1", digest("twin"))
+    cm = doc_where(
+        cp,
+        ns,
+        "aibom-deployment-web",
+        what="the visitor listed apart, the twin's digest in",
+        check=lambda cm: (
+            listed(cm, "aibom.rollup.adopted-mismatch.") == ["Pod/visitor"]
+            and digest("twin") in json.dumps(document(cm))
+        ),
+    )
+    text = json.dumps(document(cm))
+    assert "evil.example" not in text and digest("visitor") not in text
+    wait_for(
+        "the adopted-mismatch gauge",
+        lambda: annotator.metric("aibom_annotator_adopted_mismatch", {"namespace": ns}) >= 1,
+    )
+    # The stamp repair agrees with the webhook: nothing flips it back.
+    support.settle(cp, kubectl, ns)
+    assert stamp(get(cp, pod_path(ns, "visitor")) or {})["aibom.dev/rollup"] == "unproven"
+
+
+def test_a_tenants_image_change_of_a_controlled_pod_is_not_absorbed(env: Env) -> None:
+    """A Pod's container image may be changed in place: the tenant (pods patch) swaps
+    the image of a Pod the ReplicaSet controller made. The edge is still the
+    controller's, the content is the tenant's: not absorbed."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    env.annotator()
+    support.apply(kubectl, deployment(ns, "web", replicas=1, image="registry.example/web:1"))
+    (mine,) = wait_for("web's Pod", lambda: kubectl_get(kubectl, ns, "pods")["items"])
+    name = mine["metadata"]["name"]
+    assert PROOF in mine["metadata"]["annotations"]
+    who = tenant(cp, kubectl, ns, "swapper", [pods("patch", "get")])
+    ops = [{"op": "replace", "path": "/spec/containers/0/image", "value": "evil.example/swap:1"}]
+    status, body = patch_as(cp, who, pod_path(ns, name), ops, kind="json")  # type: ignore[arg-type]
+    assert status == 200, body
+    set_digest(cp, ns, name, "evil.example/swap:1", digest("swap"))
+    cm = doc_where(
+        cp,
+        ns,
+        "aibom-deployment-web",
+        what="the swapped Pod listed as unproven",
+        check=lambda cm: listed(cm, "aibom.rollup.unproven.") == [f"Pod/{name}"],
+    )
+    assert "evil.example" not in json.dumps(document(cm))
+    wait_for(
+        "the swapped Pod's stamp repaired to unproven",
+        lambda: stamp(get(cp, pod_path(ns, name)) or {}).get("aibom.dev/rollup") == "unproven",
+    )
+
+
+# -- a proof outlives its object ------------------------------------------------------------
+
+
+def test_a_proof_copied_onto_a_namesake_proves_nothing(env: Env) -> None:
+    """An operator's Pod is proven; it is deleted; with the webhook down, the tenant
+    creates a Pod under the same name and owner, carrying the old Pod's stamp and
+    proof (it could read them while the Pod existed). The proof is bound to the
+    old Pod's creation, so it does not prove the namesake."""
+    cp, kubectl, ns, webhook = env.cp, env.kubectl, env.ns, env.webhook
+    env.annotator()
+    graph = support.apply(kubectl, dgd(ns, "graph"))
+    operator = tenant(
+        cp,
+        kubectl,
+        ns,
+        "operator",
+        [
+            pods("create", "get", "delete"),
+            {
+                "apiGroups": ["nvidia.com"],
+                "resources": ["dynamographdeployments/finalizers"],
+                "verbs": ["update"],
+            },
+        ],
+    )
+    who = tenant(cp, kubectl, ns, "namesake", [pods("create", "get")])
+    worker = support.pod(ns, "worker", graph, "registry.example/worker:1")
+    status, original = create_as(cp, operator, worker)
+    assert status == 201, original
+    assert stamp(original)["aibom.dev/rollup"] == "rolled-up"
+    copied = dict(original["metadata"]["annotations"])
+    assert PROOF in copied
+    created = calendar.timegm(
+        time.strptime(original["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+    )
+    resp = cp.request("DELETE", pod_path(ns, "worker"), identity=operator)
+    assert resp.ok, resp.body
+    wait_for("the operator's Pod gone", lambda: get(cp, pod_path(ns, "worker")) is None)
+    # Past the window in which a proof written at a CREATE binds a Pod's creation
+    # (the API server assigns creationTimestamp after the webhook answered).
+    after = created + provenance.CREATED_WITHIN[1] + 2
+    wait_for("the proof's creation window to pass", lambda: time.time() > after, timeout=60)
+    assert webhook.stop() == 0
+    try:
+        forged = support.pod(ns, "worker", graph, "evil.example/namesake:1")
+        forged["metadata"]["annotations"] = copied
+        status, body = create_as(cp, who, forged)
+        assert status == 201, body
+        assert body["metadata"]["annotations"][PROOF] == copied[PROOF]  # unchecked
+        set_digest(cp, ns, "worker", "evil.example/namesake:1", digest("namesake"))
+        cm = doc_where(
+            cp,
+            ns,
+            "aibom-dynamographdeployment-graph",
+            what="the namesake listed as unproven",
+            check=lambda cm: listed(cm, "aibom.rollup.unproven.") == ["Pod/worker"],
+        )
+        text = json.dumps(document(cm))
+        assert "evil.example" not in text and digest("namesake") not in text
+    finally:
+        webhook.start()
 
 
 # -- trust in a guarded namespace is not retroactive ----------------------------------------

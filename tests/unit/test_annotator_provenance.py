@@ -9,7 +9,7 @@ import json
 from aibom_core.bom import render
 from aibom_core.kinds import default_registry, group_kind_of
 from aibom_core.objects import Obj, controller_ref, ref_of
-from aibom_core.provenance import proof_for
+from aibom_core.provenance import Origin, proof_for
 from aibom_core.stamp import Keys
 from annotator.cache import NAMESPACE, ClusterState
 from annotator.keys import RootKey
@@ -25,9 +25,7 @@ def proved(obj: Obj) -> Obj:
     owner = controller_ref(obj)
     assert owner is not None
     ann = obj["metadata"].setdefault("annotations", {})
-    ann[KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)] = proof_for(
-        KEY, ref_of(obj), owner
-    )
+    ann[KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)] = proof_for(KEY, obj, owner)
     return obj
 
 
@@ -86,7 +84,7 @@ def test_unguarded_namespace_absorbs_only_proven_edges() -> None:
     p = props(doc)
     assert p["aibom.rollup.unproven.0"] == "Pod/forged"
     assert p["aibom.provenance.guarded"] == "false"
-    assert st.unproven_edges() == {"ns": 1}
+    assert st.unproven_edges() == ({"ns": 1}, {})
 
 
 def test_stamp_repair_never_turns_unproven_into_rolled_up() -> None:
@@ -201,3 +199,38 @@ def test_trusting_every_reference_absorbs_the_forgery_and_claims_nothing() -> No
     doc = doc_of(st, dep)
     assert "evil.example/miner:1" in json.dumps(doc)  # the old rule, on purpose
     assert "aibom.provenance.guarded" not in props(doc)
+
+
+def test_an_adopted_pod_that_is_not_the_template_is_listed_apart_and_stamped_so() -> None:
+    """The webhook proved the adoption and recorded that the Pod does not run the
+    ReplicaSet's template (the proof's origin): listed apart, its image out, its
+    stamp says so, counted; a twin that runs the template rolls up."""
+    dep = mk("Deployment", "d")
+    rs = proved(mk("ReplicaSet", "d-1", dep))
+    twin = with_image(mk("Pod", "twin", rs), "registry.example/app:1")
+    visitor = with_image(mk("Pod", "visitor", rs), "evil.example/visitor:1")
+    for pod, origin in ((twin, Origin.ADOPTED), (visitor, Origin.MISMATCH)):
+        owner = controller_ref(pod)
+        assert owner is not None
+        pod["metadata"]["annotations"] = {
+            KEYS.edge_proof: proof_for(KEY, pod, owner, origin=origin)
+        }
+    st = ClusterState(REG, provenance_key=KEY)
+    st.upsert(NAMESPACE, ns_obj({"aibom.dev/enabled": "true"}))
+    for o in (dep, rs, twin, visitor):
+        st.upsert(group_kind_of(o), o)
+    st.bulk = False
+    doc = doc_of(st, dep)
+    text = json.dumps(doc)
+    assert "registry.example/app:1" in text and "evil.example/visitor:1" not in text
+    p = props(doc)
+    assert p["aibom.rollup.adopted-mismatch.0"] == "Pod/visitor"
+    assert not any(k.startswith("aibom.rollup.unproven.") for k in p)
+    assert st.unproven_edges() == ({}, {"ns": 1})
+    plan = plan_stamp(
+        st, visitor["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
+    )
+    assert plan is not None and plan.patch is not None
+    ann = plan.patch["metadata"]["annotations"]
+    assert ann["aibom.dev/rollup"] == "unproven"
+    assert ann["aibom.dev/rollup-reason"] == "AdoptedMismatch apps/ReplicaSet/d-1"

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from aibom_core.kinds import default_registry
-from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
-from aibom_core.provenance import proof_for, verify
+from aibom_core.objects import Obj, OwnerRef, controller_ref
+from aibom_core.provenance import Origin, origin_of, proof_for, verify
 from aibom_core.stamp import Keys
+from aibom_core.walk import Reason
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, apply_patch, review
 from webhook.admission import parse_review
@@ -196,7 +197,7 @@ def _chain() -> tuple[Obj, Obj]:
     rs = mk("ReplicaSet", "rs", dep, uid="u-rs")
     owner = controller_ref(rs)
     assert owner is not None
-    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, ref_of(rs), owner)}
+    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, rs, owner)}
     return dep, rs
 
 
@@ -218,7 +219,7 @@ async def test_forged_edge_is_stamped_unproven_and_a_copied_proof_removed() -> N
     ann = legit["metadata"]["annotations"]
     assert ann["aibom.dev/rollup"] == "rolled-up"
     assert ann["aibom.dev/root"] == "Deployment/d"
-    assert verify(KEY, ann[KEYS.edge_proof], ref_of(legit), controller_ref(legit))  # type: ignore[arg-type]
+    assert verify(KEY, ann[KEYS.edge_proof], legit, controller_ref(legit))  # type: ignore[arg-type]
     # The tenant copies the legitimate Pod's stamp and proof onto its own Pod.
     forged = mk("Pod", "forged", rs, annotations=dict(ann))
     out = (await _admit(adm, forged, "alice"))["metadata"]["annotations"]
@@ -249,7 +250,7 @@ async def test_generate_name_gets_the_name_the_proof_binds() -> None:
     name = out["metadata"]["name"]
     assert name.startswith("rs-") and len(name) == 8
     proof = out["metadata"]["annotations"][KEYS.edge_proof]
-    assert verify(KEY, proof, ref_of(out), controller_ref(out))  # type: ignore[arg-type]
+    assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
 
 
 async def test_update_keeping_the_reference_is_not_rechecked() -> None:
@@ -295,7 +296,7 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     dep = mk("Deployment", "d", dgd)
     dep_owner = controller_ref(dep)
     assert dep_owner is not None
-    copied = proof_for(KEY, ref_of(dep), dep_owner)
+    copied = proof_for(KEY, dep, dep_owner)
     dep["metadata"]["annotations"] = {KEYS.edge_proof: copied}
     api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dgd, dep]))
@@ -305,7 +306,7 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     assert ann[KEYS.edge_proof] == copied  # the copy is left alone
     owner = controller_ref(out)
     assert owner is not None
-    assert verify(KEY, ann[KEYS.replicaset_edge_proof], ref_of(out), owner)
+    assert verify(KEY, ann[KEYS.replicaset_edge_proof], out, owner)
     assert (
         ann["aibom.dev/rollup"] == "rolled-up"
         and ann["aibom.dev/root"] == "DynamoGraphDeployment/g"
@@ -431,3 +432,132 @@ async def test_proof_patch_applies_with_or_without_an_annotation_map(
         pod["metadata"].pop("annotations", None)
     out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]["annotations"]
     assert out["aibom.dev/rollup"] == "rolled-up" and KEYS.edge_proof in out
+
+
+# -- adoption and content ----------------------------------------------------------------------
+
+
+def _templated(image: str = "registry.example/app:1") -> tuple[Obj, Obj]:
+    """A Deployment and its ReplicaSet (with its proof), whose template runs `image`."""
+    dep = mk("Deployment", "d")
+    template = {"spec": {"containers": [{"name": "main", "image": image}]}}
+    rs = mk("ReplicaSet", "rs", dep, uid="u-rs", spec={"template": template})
+    owner = controller_ref(rs)
+    assert owner is not None
+    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, rs, owner)}
+    return dep, rs
+
+
+def _bare(name: str, image: str) -> Obj:
+    """A Pod without an owner, as a tenant creates it (labelled like the template's)."""
+    return mk("Pod", name, spec={"containers": [{"name": "main", "image": image}]})
+
+
+def _adopt(pod: Obj, rs: Obj) -> Obj:
+    """The ReplicaSet controller's adoption: the same Pod with its controller reference."""
+    adopted: Obj = json.loads(json.dumps(pod))
+    adopted["metadata"]["ownerReferences"] = mk("Pod", "x", rs)["metadata"]["ownerReferences"]
+    return adopted
+
+
+def _with_owners(api: FakeApi, source: MemorySource) -> Admitter:
+    adm = _admitter(api, source)
+    assert adm._provenance is not None
+    adm._provenance.owners = source  # the owner whole: its Pod template
+    return adm
+
+
+@pytest.mark.parametrize(
+    ("image", "want", "result"),
+    [
+        ("registry.example/app:1", ("rolled-up", None), "matching"),
+        ("evil.example/visitor:1", ("unproven", "AdoptedMismatch apps/ReplicaSet/rs"), "mismatch"),
+    ],
+)
+async def test_an_adoption_is_proven_and_says_whether_the_pod_is_the_template(
+    image: str, want: tuple[str, str | None], result: str
+) -> None:
+    """The ReplicaSet controller adopts a tenant's bare Pod labelled like its own: the
+    edge is the controller's (it may control the owner), the content is the
+    tenant's. Its proof records whether the Pod runs the template."""
+    dep, rs = _templated()
+    api = FakeApi({CONTROLLER.username})
+    adm = _with_owners(api, MemorySource([dep, rs]))
+    bare = await _admit(adm, _bare("visitor", image), "alice")
+    assert bare["metadata"]["annotations"]["aibom.dev/rollup"] == "uncovered"
+    out = await _admit(adm, _adopt(bare, rs), CONTROLLER.username, operation="UPDATE", old=bare)
+    ann = out["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")) == want
+    owner = controller_ref(out)
+    assert owner is not None
+    origin = origin_of(KEY, ann[KEYS.edge_proof], out, owner)
+    assert origin is (Origin.ADOPTED if result == "matching" else Origin.MISMATCH)
+    assert adm._metrics.adoptions.labels(result)._value.get() == 1
+    # Its next UPDATE keeps the edge and the verdict, with no new review.
+    reviews = len(api.reviews)
+    again = json.loads(json.dumps(out))
+    again["metadata"]["labels"] = {"touched": "yes"}
+    kept = await _admit(adm, again, "alice", operation="UPDATE", old=out)
+    ann = kept["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")) == want
+    assert len(api.reviews) == reviews
+
+
+async def test_an_adoption_whose_template_cannot_be_read_is_unchecked() -> None:
+    dep, rs = _templated()
+    source = MemorySource([dep, rs])
+    adm = _with_owners(FakeApi({CONTROLLER.username}), source)
+    bare = await _admit(adm, _bare("visitor", "registry.example/app:1"), "alice")
+    source.fail["ReplicaSet"] = Reason.TIMEOUT  # for the template read (and the walk)
+    out = await _admit(adm, _adopt(bare, rs), CONTROLLER.username, operation="UPDATE", old=bare)
+    ann = out["metadata"]["annotations"]
+    assert ann["aibom.dev/rollup-reason"] == "Unchecked apps/ReplicaSet/rs"
+    assert KEYS.edge_proof not in ann
+
+
+@pytest.mark.parametrize("who", ["alice", CONTROLLER.username])
+async def test_an_image_changed_under_a_kept_edge_is_checked_as_a_new_edge(who: str) -> None:
+    """A Pod's image can be changed in place. Changed by someone who may not control
+    the owner (a tenant who may patch Pods), the Pod is not its controller's any
+    more: unproven, its proof removed. By someone who may: proven again."""
+    dep, rs = _templated()
+    api = FakeApi({CONTROLLER.username})
+    adm = _with_owners(api, MemorySource([dep, rs]))
+    made = mk(
+        "Pod", "p", rs, spec={"containers": [{"name": "main", "image": "registry.example/app:1"}]}
+    )
+    pod = await _admit(adm, made, CONTROLLER.username)
+    assert pod["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    swapped = json.loads(json.dumps(pod))
+    swapped["spec"]["containers"][0]["image"] = "evil.example/swap:1"
+    out = await _admit(adm, swapped, who, operation="UPDATE", old=pod)
+    ann = out["metadata"]["annotations"]
+    if who == "alice":
+        assert ann["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/rs"
+        assert KEYS.edge_proof not in ann
+    else:
+        assert ann["aibom.dev/rollup"] == "rolled-up"
+        assert verify(KEY, ann[KEYS.edge_proof], out, controller_ref(out))  # type: ignore[arg-type]
+    # The same image, the order of the containers aside: nothing to check.
+    reviews = len(api.reviews)
+    relabelled = json.loads(json.dumps(pod))
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
+    assert len(api.reviews) == reviews
+
+
+async def test_a_create_binds_the_proof_to_the_second_it_was_answered() -> None:
+    """At a CREATE the object has no UID yet: the proof names the second the webhook
+    answered, which the API server's creationTimestamp will be close to."""
+    dep, rs = _templated()
+    adm = _with_owners(FakeApi({CONTROLLER.username}), MemorySource([dep, rs]))
+    assert adm._provenance is not None
+    adm._provenance.wall = lambda: 1_767_323_045.7
+    made = mk("Pod", "p", rs, uid="")
+    del made["metadata"]["uid"]
+    out = await _admit(adm, made, CONTROLLER.username)
+    proof = out["metadata"]["annotations"][KEYS.edge_proof]
+    assert proof.startswith("v2:c:t1767323045:")
+    out["metadata"]["uid"] = "assigned-later"
+    out["metadata"]["creationTimestamp"] = "2026-01-02T03:04:06Z"
+    assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
