@@ -37,13 +37,13 @@ from aibom_core.stamp import (
 )
 from aibom_core.walk import Rollup
 from aibom_edge.metrics import exposition
+from webhook import body
 from webhook.admission import (
     BadReview,
     Review,
     ReviewResponse,
     allowed,
     encode,
-    parse_review,
     patched,
 )
 from webhook.auth import CallerAuth
@@ -54,14 +54,10 @@ from webhook.resolver import Resolution, Resolver
 
 log = logging.getLogger("webhook.admission")
 
-MiB = 1 << 20
-# The API server refuses request bodies over 3 MiB (apiserver
-# MaxRequestBodyBytes), so one object is at most 3 MiB of JSON; an UPDATE
-# review carries the object and oldObject, plus request metadata (userInfo,
-# options, names: a few KiB). 2 x 3 MiB + 1 MiB of headroom, as
-# controller-runtime's 7 MB cap (pkg/webhook/admission/http.go). aiohttp's
-# default of 1 MiB would refuse large legitimate UPDATEs.
-MAX_BODY = 2 * 3 * MiB + MiB
+# How large a review can be, and how it is read (webhook.body says why):
+# 37 MiB, the object and oldObject of a 3 MiB request each JSON-escaped
+# sixfold, read in bounded memory; a larger one is answered from its prefix.
+MAX_BODY = body.MAX_BODY
 
 JSON = "application/json"
 
@@ -331,13 +327,16 @@ def make_app(
     clock: Callable[[], float] = time.perf_counter,
     guard: ConnectionGuard | None = None,
     auth: CallerAuth | None = None,
+    budget: body.BodyBudget | None = None,
 ) -> web.Application:
     """The aiohttp application (no listening socket: `main` or a test client adds that).
 
     `guard` (webhook.guard) bounds the body read (408 after its
     `body_timeout`) and learns which connections are answering a review.
+    `budget`: bytes of large bodies held at once (webhook.body).
     """
     body_timeout = guard.body_timeout if guard is not None else DEFAULT_BODY_TIMEOUT
+    budget = budget if budget is not None else body.BodyBudget(max(body.BUDGET, 2 * max_body))
 
     async def mutate(request: web.Request) -> web.Response:
         start = clock()
@@ -355,13 +354,13 @@ def make_app(
             return _plain(
                 415, f"Content-Type must be {JSON}, got {request.content_type or 'none'!r}"
             )
-        if request.content_length is not None and request.content_length > max_body:
-            return _too_large(request.content_length)
         try:
             async with asyncio.timeout(body_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _too_large(None)
+                read = await body.read_review(request, budget=budget, limit=max_body)
+        except BadReview as exc:
+            metrics.bad_requests.labels(str(exc.status)).inc()
+            log.warning("bad admission request: %s", exc, extra={"status": exc.status})
+            return _plain(exc.status, f"bad AdmissionReview: {exc}")
         except TimeoutError:
             # A body that arrives slower than the API server would wait for
             # our answer (slowloris): 408, and the connection is closed.
@@ -371,12 +370,17 @@ def make_app(
             late = _plain(408, f"request body not received within {body_timeout:g} s")
             late.force_close()
             return late
-        try:
-            review = parse_review(body)
-        except BadReview as exc:
-            metrics.bad_requests.labels(str(exc.status)).inc()
-            log.warning("bad admission request: %s", exc, extra={"status": exc.status})
-            return _plain(exc.status, f"bad AdmissionReview: {exc}")
+        review = read.review
+        metrics.body_bytes.observe(read.size)
+        if review.partial:
+            # Over the limit: answered from its prefix (the object's metadata),
+            # never an error that failurePolicy Ignore would turn into "keep
+            # whatever the stamp keys hold".
+            metrics.partial_reviews.inc()
+            log.warning(
+                "admission request body over the limit: answered from its first bytes",
+                extra={"uid": review.uid, "bytes": read.size, "limit": max_body},
+            )
         metrics.in_flight.inc()
         if guard is not None:
             guard.answering(request.protocol, True)
@@ -398,12 +402,6 @@ def make_app(
         metrics.admissions.labels(kind, review.operation, result).inc()
         metrics.admission_seconds.labels(kind, review.operation).observe(clock() - start)
         return web.Response(body=encode(response), content_type=JSON)
-
-    def _too_large(length: int | None) -> web.Response:
-        metrics.bad_requests.labels("413").inc()
-        got = f"{length} bytes" if length is not None else "more"
-        log.warning("admission request body too large: %s", got)
-        return _plain(413, f"request body too large: {got}, the limit is {max_body} bytes")
 
     async def healthz(request: web.Request) -> web.Response:
         return _plain(200, "ok")
@@ -427,7 +425,8 @@ def make_app(
     async def metrics_view(request: web.Request) -> web.Response:
         return exposition(metrics.registry)
 
-    app = web.Application(client_max_size=max_body)
+    # Small bodies are read whole (client_max_size), large ones in steps.
+    app = web.Application(client_max_size=body.SMALL)
     app.router.add_post("/mutate", mutate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

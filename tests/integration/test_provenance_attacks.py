@@ -206,6 +206,40 @@ def dgd(ns: str, name: str) -> Obj:
     }
 
 
+# -- the oversized review ------------------------------------------------------------------
+
+
+PADDING = 1_350_000  # `<` characters: a 1.35 MB request, each sent on as `\u003c` (6 bytes)
+
+
+def test_an_oversized_review_does_not_keep_the_tenants_stamp(env: Env) -> None:
+    """A bare Pod padded with `<` so that the AdmissionReview, JSON-escaped by the API
+    server, is many times the request: the webhook reads it and overwrites the
+    tenant's own stamp (it used to answer 413, and failurePolicy Ignore stored the
+    tenant's `rolled-up`)."""
+    cp, kubectl, ns, webhook = env.cp, env.kubectl, env.ns, env.webhook
+    web = support.apply(kubectl, deployment(ns, "web"))
+    who = tenant(cp, kubectl, ns, "padder", [pods("create", "get")])
+    forged = {
+        "aibom.dev/rollup": "rolled-up",
+        "aibom.dev/root": "Deployment/web",
+        "aibom.dev/root-uid": web["metadata"]["uid"],
+    }
+    padded = support.pod(ns, "padded", None, "evil.example/padded:1")
+    padded["metadata"]["annotations"] = forged
+    padded["spec"]["containers"][0]["lifecycle"] = {
+        "postStart": {"exec": {"command": ["<" * PADDING]}}
+    }
+    before = webhook.metric("aibom_webhook_request_body_bytes_sum")
+    status, stored = create_as(cp, who, padded)
+    assert status == 201, stored.get("message")
+    assert stamp(stored) == {"aibom.dev/rollup": "uncovered"}, stamp(stored)
+    received = webhook.metric("aibom_webhook_request_body_bytes_sum") - before
+    # The review really was the escaped, oversized one (more than 6x the padding).
+    assert received > 6 * PADDING, received
+    assert webhook.metric("aibom_webhook_bad_requests_total", {"status": "413"}) == 0
+
+
 # -- adoption ---------------------------------------------------------------------------------
 
 
