@@ -61,8 +61,12 @@ class Review:
 
     @property
     def stampable(self) -> bool:
-        """CREATE or UPDATE of a main resource with an object to patch."""
-        return self.operation in STAMPED_OPERATIONS and not self.sub_resource and bool(self.obj)
+        """CREATE or UPDATE of a main resource, or an UPDATE through `status` (a write
+        through pods/status, deployments/status, ... may change annotations, our keys
+        included: manifests/webhook/mutatingwebhook.yaml), with an object to patch."""
+        if self.sub_resource not in ("", "status"):
+            return False
+        return self.operation in STAMPED_OPERATIONS and bool(self.obj)
 
 
 class PatchOp(TypedDict, total=False):

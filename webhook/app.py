@@ -24,6 +24,7 @@ from aiohttp import web
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
+from aibom_core.provenance import POD
 from aibom_core.stamp import (
     REPLICA_SET,
     Keys,
@@ -119,6 +120,11 @@ class Admitter:
             # Not a kind we stamp (the configuration's rules are wider than
             # the registry): leave it alone.
             return allowed(review.uid), "skipped"
+        if review.sub_resource == "status" and gk == POD and review.old_obj is not None:
+            # A pods/status write may change annotations (our keys included) but
+            # not ownerReferences: the status strategy puts the stored ones back.
+            # Stamp what will be stored.
+            obj = _with_owner_references(obj, review.old_obj)
         carried = read_stamp(obj, keys=self._keys) if review.operation == "UPDATE" else None
 
         def cached_ok(res: Resolution) -> bool:
@@ -307,6 +313,14 @@ def proof_ops(
                 map_added = True
             ops.append({"op": "add", "path": path, "value": value})
     return ops
+
+
+def _with_owner_references(obj: Obj, source: Obj) -> Obj:
+    refs = metadata(source).get("ownerReferences")
+    meta = {k: v for k, v in metadata(obj).items() if k != "ownerReferences"}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {**obj, "metadata": meta}
 
 
 def _name(review: Review) -> str:

@@ -189,7 +189,7 @@ def test_root_carries_the_certs_files(self_signed: Path, built: list[Doc]) -> No
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": secret["metadata"]["name"]}} in volumes
     config = only(built, "MutatingWebhookConfiguration")
-    assert len(config["webhooks"]) == 2
+    assert len(config["webhooks"]) == 3  # tracked kinds, intermediates, status writes
     for hook in config["webhooks"]:
         assert base64.b64decode(hook["clientConfig"]["caBundle"]) == data["ca.crt"]
 
@@ -410,7 +410,8 @@ def test_every_named_resource_is_served(built: list[Doc], kubectl: Kubectl) -> N
     for role in [*of_kind(built, "ClusterRole"), *of_kind(built, "Role")]:
         named |= set(rules_by_resource(role))
     for resources in webhook_rule_resources(only(built, "MutatingWebhookConfiguration")).values():
-        named |= resources
+        # A status rule's resource: its subresource is served with it.
+        named |= {(g, r.partition("/")[0]) for g, r in resources}
     # The provenance guard's matched resources (their /status subresources too).
     guard = only(built, "ValidatingAdmissionPolicy", "aibom-rollup-provenance")
     for rule in guard["spec"]["matchConstraints"]["resourceRules"]:

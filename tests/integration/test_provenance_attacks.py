@@ -398,6 +398,31 @@ def test_a_proof_copied_onto_a_namesake_proves_nothing(env: Env) -> None:
         webhook.start()
 
 
+# -- status subresources -------------------------------------------------------------------
+
+
+def test_a_status_write_cannot_forge_a_stamp(env: Env) -> None:
+    """pods/status writes may change a Pod's annotations (not its spec, not its
+    ownerReferences): the webhook is called for them too, and overwrites our keys."""
+    cp, kubectl, ns = env.cp, env.kubectl, env.ns
+    who = tenant(cp, kubectl, ns, "statuser", [pods("create", "get"), _status("patch")])
+    status, made = create_as(cp, who, support.pod(ns, "plain", None, "registry.example/x:1"))
+    assert status == 201, made
+    assert stamp(made) == {"aibom.dev/rollup": "uncovered"}
+    forged = {
+        "metadata": {
+            "annotations": {"aibom.dev/rollup": "rolled-up", "aibom.dev/root": "Deployment/web"}
+        }
+    }
+    status, stored = patch_as(cp, who, pod_path(ns, "plain") + "/status", forged)
+    assert status == 200, stored
+    assert stamp(stored) == {"aibom.dev/rollup": "uncovered"}, stamp(stored)
+
+
+def _status(*verbs: str) -> Obj:
+    return {"apiGroups": [""], "resources": ["pods/status"], "verbs": list(verbs)}
+
+
 # -- trust in a guarded namespace is not retroactive ----------------------------------------
 
 
