@@ -42,6 +42,7 @@ from tests.integration.support import (
     StartWebhook,
     Webhook,
     deployment,
+    dgd,
     digest,
     docs,
     document,
@@ -195,15 +196,6 @@ def doc_where(
 
 def pod_path(ns: str, name: str) -> str:
     return f"/api/v1/namespaces/{ns}/pods/{name}"
-
-
-def dgd(ns: str, name: str) -> Obj:
-    return {
-        "apiVersion": "nvidia.com/v1alpha1",
-        "kind": "DynamoGraphDeployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"services": {"worker": {"replicas": 1}}},
-    }
 
 
 # -- the oversized review ------------------------------------------------------------------
@@ -661,33 +653,18 @@ def test_a_weakened_guard_is_not_called_a_guard(env: Env, weakened: str) -> None
             what="guarded",
             check=lambda cm: props(cm).get("aibom.provenance.guarded") == "true",
         )
-        patch: list[Obj]
-        if weakened == "audit-only":
-            patch = [{"op": "replace", "path": "/spec/validationActions", "value": ["Audit"]}]
-            kubectl(
-                "patch",
-                "validatingadmissionpolicybinding",
-                GUARD,
-                "--type=json",
-                "-p",
-                json.dumps(patch),
-            )
-        elif weakened == "other-selector":
-            patch = [
-                {
-                    "op": "replace",
-                    "path": "/spec/matchResources/namespaceSelector",
-                    "value": {"matchLabels": {"team": "other"}},
-                }
-            ]
-            kubectl(
-                "patch",
-                "validatingadmissionpolicybinding",
-                GUARD,
-                "--type=json",
-                "-p",
-                json.dumps(patch),
-            )
+        weakenings: dict[str, Obj] = {
+            "audit-only": {"op": "replace", "path": "/spec/validationActions", "value": ["Audit"]},
+            "other-selector": {
+                "op": "replace",
+                "path": "/spec/matchResources/namespaceSelector",
+                "value": {"matchLabels": {"team": "other"}},
+            },
+        }
+        weakening = weakenings.get(weakened)
+        if weakening is not None:
+            patch = json.dumps([weakening])
+            kubectl("patch", "validatingadmissionpolicybinding", GUARD, "--type=json", "-p", patch)
         else:
             kubectl("delete", "validatingadmissionpolicy", GUARD)
         doc_where(

@@ -59,6 +59,16 @@ def world() -> tuple[ClusterState, Obj, Obj, Obj]:
     return st, dep, legit, forged
 
 
+def repaired(st: ClusterState, obj: Obj) -> dict[str, str | None]:
+    """The stamp keys the annotator's repair of `obj` writes (it must write some)."""
+    plan = plan_stamp(
+        st, obj["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
+    )
+    assert plan is not None and plan.patch is not None
+    ann: dict[str, str | None] = plan.patch["metadata"]["annotations"]
+    return ann
+
+
 def root_key(obj: Obj) -> RootKey:
     return RootKey.of(ref_of(obj))
 
@@ -89,11 +99,7 @@ def test_unguarded_namespace_absorbs_only_proven_edges() -> None:
 
 def test_stamp_repair_never_turns_unproven_into_rolled_up() -> None:
     st, _dep, legit, forged = world()
-    plan = plan_stamp(
-        st, forged["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
-    )
-    assert plan is not None and plan.patch is not None
-    ann = plan.patch["metadata"]["annotations"]
+    ann = repaired(st, forged)
     assert ann["aibom.dev/rollup"] == "unproven"
     assert ann["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/d-1"
     assert ann["aibom.dev/root"] is None and ann["aibom.dev/root-uid"] is None
@@ -227,10 +233,6 @@ def test_an_adopted_pod_that_is_not_the_template_is_listed_apart_and_stamped_so(
     assert p["aibom.rollup.adopted-mismatch.0"] == "Pod/visitor"
     assert not any(k.startswith("aibom.rollup.unproven.") for k in p)
     assert st.unproven_edges() == ({}, {"ns": 1})
-    plan = plan_stamp(
-        st, visitor["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
-    )
-    assert plan is not None and plan.patch is not None
-    ann = plan.patch["metadata"]["annotations"]
+    ann = repaired(st, visitor)
     assert ann["aibom.dev/rollup"] == "unproven"
     assert ann["aibom.dev/rollup-reason"] == "AdoptedMismatch apps/ReplicaSet/d-1"
