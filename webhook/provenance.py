@@ -357,6 +357,10 @@ class Provenance:
         if owner is None:
             return None
         child = ref_of(obj, namespace=namespace)
+        if operation == "CREATE":
+            # Whatever UID the request carries, the API server assigns another after
+            # admission: a proof written now binds the object's creation instead.
+            child = dataclasses.replace(child, uid="")
         old_owner = controller_ref(old_obj) if old_obj is not None else None
         budget = min(self.check_budget, remaining)
         user = UserInfo.parse(user_info)

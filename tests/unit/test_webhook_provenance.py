@@ -32,6 +32,8 @@ from webhook.provenance import (
 from webhook.resolver import OwnerCache, Resolver
 
 KEY = b"q" * 32
+WALL = 1_767_323_045.3  # the webhook's clock at a CREATE, and the second stored:
+CREATED = "2026-01-02T03:04:05Z"
 KEYS = Keys()
 REG = default_registry()
 OWNER = OwnerRef(api_version="apps/v1", kind="ReplicaSet", name="rs", uid="u-rs")
@@ -188,6 +190,7 @@ def _admitter(api: FakeApi, source: MemorySource, *, key: bytes | None = KEY) ->
         key=key,
         keys=KEYS,
         check_budget=0.25,
+        wall=lambda: WALL,
     )
     return Admitter(resolver=resolver, registry=REG, keys=KEYS, metrics=Metrics(), provenance=prov)
 
@@ -208,7 +211,10 @@ async def _admit(
     doc["request"]["userInfo"] = {"username": user}
     resp, _ = await adm.admit(parse_review(json.dumps(doc).encode()))
     ops = json.loads(base64.b64decode(resp["patch"])) if "patch" in resp else []
-    return apply_patch(obj, ops)
+    stored = apply_patch(obj, ops)
+    if operation == "CREATE":  # as the API server stores it, after admission
+        stored["metadata"]["creationTimestamp"] = CREATED
+    return stored
 
 
 async def test_forged_edge_is_stamped_unproven_and_a_copied_proof_removed() -> None:
@@ -547,17 +553,20 @@ async def test_an_image_changed_under_a_kept_edge_is_checked_as_a_new_edge(who: 
 
 
 async def test_a_create_binds_the_proof_to_the_second_it_was_answered() -> None:
-    """At a CREATE the object has no UID yet: the proof names the second the webhook
-    answered, which the API server's creationTimestamp will be close to."""
+    """At a CREATE the object has no UID yet (one in the request is replaced after
+    admission): the proof names the second the webhook answered, which the API
+    server's creationTimestamp will be close to."""
     dep, rs = _templated()
     adm = _with_owners(FakeApi({CONTROLLER.username}), MemorySource([dep, rs]))
     assert adm._provenance is not None
     adm._provenance.wall = lambda: 1_767_323_045.7
-    made = mk("Pod", "p", rs, uid="")
-    del made["metadata"]["uid"]
-    out = await _admit(adm, made, CONTROLLER.username)
-    proof = out["metadata"]["annotations"][KEYS.edge_proof]
-    assert proof.startswith("v2:c:t1767323045:")
-    out["metadata"]["uid"] = "assigned-later"
-    out["metadata"]["creationTimestamp"] = "2026-01-02T03:04:06Z"
-    assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
+    for uid in (None, "chosen-by-the-requester"):
+        made = mk("Pod", "p", rs, uid=uid or "")
+        if uid is None:
+            del made["metadata"]["uid"]
+        out = await _admit(adm, made, CONTROLLER.username)
+        proof = out["metadata"]["annotations"][KEYS.edge_proof]
+        assert proof.startswith("v2:c:t1767323045:")
+        out["metadata"]["uid"] = "assigned-by-the-api-server"
+        out["metadata"]["creationTimestamp"] = "2026-01-02T03:04:06Z"
+        assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
