@@ -90,6 +90,9 @@ P_UNRESOLVED_ROOT = "aibom.rollup.unresolved"
 # Provenance.
 P_UNPROVEN = "aibom.rollup.unproven."  # + index: objects whose edge to a member is not proven
 P_UNPROVEN_ROOT = "aibom.provenance.unproven"  # the root's own refused edge (its reason)
+# + index: objects adopted by a member (a proven edge) whose containers are not
+# the member's Pod template: listed apart, never absorbed (aibom_core.provenance).
+P_MISMATCH = "aibom.rollup.adopted-mismatch."
 P_GUARDED = "aibom.provenance.guarded"  # true|false: the namespace's ownerReferences are guarded
 
 
@@ -105,6 +108,8 @@ class RootView:
     pods: tuple[Obj, ...]  # pods whose UID-checked chain reaches the root, by (name, uid)
     unproven: tuple[str, ...] = ()  # `<Kind>/<name>` whose edge to a member is not proven
     guarded: bool | None = None  # the namespace is guarded (None: not known, not said)
+    # `<Kind>/<name>` adopted by a member, not running its template
+    mismatched: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,9 @@ class Facts:
     # without provenance read (and hash) exactly as before.
     unproven: tuple[str, ...] = field(default=(), repr=False)  # aibom.rollup.unproven.<i>
     guarded: bool | None = field(default=None, repr=False)
+    # aibom.rollup.adopted-mismatch.<i>; in the input hash only when not empty, so
+    # every other document hashes as before it existed.
+    mismatched: tuple[str, ...] = field(default=(), repr=False)
 
 
 # --- accumulating facts ------------------------------------------------------------
@@ -532,9 +540,14 @@ def facts_of(view: RootView, registry: KindRegistry, *, cache: FactsCache | None
         images=body.images,
         digests=body.digests,
         models=body.models,
-        unproven=tuple(sorted(view.unproven, key=lambda kn: tuple(kn.split("/", 1)))),
+        unproven=_by_kind_name(view.unproven),
         guarded=view.guarded,
+        mismatched=_by_kind_name(view.mismatched),
     )
+
+
+def _by_kind_name(kind_names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(kind_names, key=lambda kn: tuple(kn.split("/", 1))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -946,11 +959,18 @@ _CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in (Facts, RootFacts, Component)}
 
 
+_OMITTED_WHEN_EMPTY = frozenset({"mismatched"})
+
+
 def _plain(value: Any) -> Any:
     """orjson's fallback: a dataclass as a dict (so its keys sort), evidence as an array."""
     names = _FIELDS.get(type(value))
     if names is not None:
-        return {name: getattr(value, name) for name in names}
+        return {
+            name: getattr(value, name)
+            for name in names
+            if name not in _OMITTED_WHEN_EMPTY or getattr(value, name)
+        }
     if type(value) is Evidence:
         return tuple(value)
     raise TypeError(f"{type(value).__name__} is not part of the facts")
@@ -1011,6 +1031,7 @@ def _root_json(
     owned: tuple[str, ...],
     unproven: tuple[str, ...] = (),
     guarded: bool | None = None,
+    mismatched: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     props = [
         ("aibom.k8s.apiVersion", root.api_version),
@@ -1026,6 +1047,7 @@ def _root_json(
         unproven_root = root.status == "unproven"
         props.append((P_UNPROVEN_ROOT if unproven_root else P_UNRESOLVED_ROOT, root.reason))
     props += [(f"{P_UNPROVEN}{i}", kind_name) for i, kind_name in enumerate(unproven)]
+    props += [(f"{P_MISMATCH}{i}", kind_name) for i, kind_name in enumerate(mismatched)]
     if guarded is not None:
         props.append((P_GUARDED, "true" if guarded else "false"))
     return {
@@ -1054,7 +1076,9 @@ def document_json(facts: Facts, *, tool_version: str, digest: str | None = None)
             "tools": {
                 "components": [{"type": "application", "name": TOOL_NAME, "version": tool_version}]
             },
-            "component": _root_json(facts.root, facts.owned, facts.unproven, facts.guarded),
+            "component": _root_json(
+                facts.root, facts.owned, facts.unproven, facts.guarded, facts.mismatched
+            ),
         },
         "components": [_component_json(c) for c in facts.components if c.type != "service"],
         "dependencies": sorted(depends, key=lambda d: d["ref"]),

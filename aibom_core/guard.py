@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from aibom_core.kinds import GroupKind, KindRegistry
-from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE, OPT_OUT_LABEL, OPT_OUT_VALUE
+from aibom_core.opt_in import DEFAULT_OPT_IN, OPT_OUT_LABEL, OPT_OUT_VALUE
 
 POLICY_NAME = "aibom-rollup-provenance"
 BINDING_NAME = "aibom-rollup-provenance"
@@ -170,12 +170,38 @@ def policy(registry: KindRegistry) -> Doc:
     }
 
 
-def binding() -> Doc:
+# Kubernetes' syntax of a label key (an optional DNS subdomain prefix and `/`, then a
+# name of at most 63 characters) and of a label value: checked here so that a bad
+# --namespace-label is one clear line, not an API server refusal of the binding.
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+_LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+
+
+def namespace_selector(opt_in: tuple[str, str] = DEFAULT_OPT_IN) -> Doc:
+    """The namespaces the guard binds: opted in with `opt_in` (the annotator's
+    --namespace-label), and not labelled out of the guard. ValueError for a label
+    Kubernetes would refuse."""
+    key, value = opt_in
+    if not _LABEL_KEY.match(key) or len(key.rpartition("/")[0]) > 253:
+        raise ValueError(f"{key!r} is not a label key (like example.com/aibom)")
+    if not _LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a label value (at most 63 of [A-Za-z0-9._-])")
+    return {
+        "matchExpressions": [
+            {"key": key, "operator": "In", "values": [value]},
+            {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
+        ]
+    }
+
+
+def binding(opt_in: tuple[str, str] = DEFAULT_OPT_IN) -> Doc:
     """The binding: every opted-in namespace that did not opt out.
 
-    Exactly the contract's selector: the webhook and the annotator call a
-    namespace guarded on these two labels (and the binding existing), so any
-    further exclusion here would make them trust references nobody checked.
+    Exactly the contract's selector, with the opt-in label the annotator is
+    given (--namespace-label): it reports a namespace guarded on these two
+    labels, and only when the live binding selects exactly them
+    (`in_force`).
     """
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -190,20 +216,70 @@ def binding() -> Doc:
         "spec": {
             "policyName": POLICY_NAME,
             "validationActions": ["Deny"],
-            "matchResources": {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": OPT_IN_LABEL, "operator": "In", "values": [OPT_IN_VALUE]},
-                        {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]},
-                    ]
-                }
-            },
+            "matchResources": {"namespaceSelector": namespace_selector(opt_in)},
         },
     }
 
 
-def documents(registry: KindRegistry) -> list[Doc]:
-    return [policy(registry), binding()]
+def documents(registry: KindRegistry, opt_in: tuple[str, str] = DEFAULT_OPT_IN) -> list[Doc]:
+    return [policy(registry), binding(opt_in)]
+
+
+# -- is the live guard ours? ----------------------------------------------------------------
+
+
+def _normal(value: Any) -> Any:
+    """A spec without what the API server fills in: empty maps and lists (absent
+    selectors), and `matchPolicy: Equivalent` (the default)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            n = _normal(v)
+            if n in ({}, [], None) or (k == "matchPolicy" and n == "Equivalent"):
+                continue
+            out[k] = n
+        return out
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def in_force(
+    live_policy: Doc | None,
+    live_binding: Doc | None,
+    registry: KindRegistry,
+    opt_in: tuple[str, str] = DEFAULT_OPT_IN,
+) -> str | None:
+    """Why the guard the API server has is not the one that makes a namespace guarded
+    (None: it is). "Guarded" must be what the API server enforces, not that an
+    object of the binding's name exists: the binding exists and denies
+    (`validationActions` holds Deny), selects exactly the namespaces opted in
+    with `opt_in` and not opted out, and points at our policy; the policy
+    exists and is what `aibom-rollup policy` generates from this registry
+    (no validation, match rule or condition added, removed or changed)."""
+    if live_binding is None:
+        return f"the ValidatingAdmissionPolicyBinding {BINDING_NAME} does not exist"
+    if live_policy is None:
+        return f"the ValidatingAdmissionPolicy {POLICY_NAME} does not exist"
+    spec = live_binding.get("spec")
+    spec = dict(spec) if isinstance(spec, dict) else {}
+    actions = spec.pop("validationActions", None)
+    if not isinstance(actions, list) or "Deny" not in actions:
+        return f"binding {BINDING_NAME} does not deny (validationActions {actions})"
+    want = binding(opt_in)["spec"]
+    if _normal(spec) != _normal({k: v for k, v in want.items() if k != "validationActions"}):
+        key, value = opt_in
+        return (
+            f"binding {BINDING_NAME} does not select exactly the namespaces labelled "
+            f"{key}={value} and not {OPT_OUT_LABEL}={OPT_OUT_VALUE} (regenerate it: "
+            f"aibom-rollup policy --namespace-label {key}={value})"
+        )
+    if _normal(live_policy.get("spec")) != _normal(policy(registry)["spec"]):
+        return (
+            f"the ValidatingAdmissionPolicy {POLICY_NAME} is not the one generated from this "
+            "kind registry (regenerate it: aibom-rollup policy --kinds FILE, the same FILE)"
+        )
+    return None
 
 
 _HEADER = f"""\
@@ -227,7 +303,8 @@ _HEADER = f"""\
 #   uid) is not re-checked; removing one (orphaning, garbage collection) never is.
 # - Owner kinds not in the registry are not checked: the roll-up never follows
 #   a reference to them, so it can prove nothing there.
-# - Bound to namespaces labelled {OPT_IN_LABEL}={OPT_IN_VALUE}, unless labelled
+# - Bound to namespaces labelled {{label}} (the annotator's --namespace-label:
+#   aibom-rollup policy --namespace-label KEY=VALUE), unless labelled
 #   {OPT_OUT_LABEL}={OPT_OUT_VALUE} (for a third-party controller that
 #   lacks the permission).
 """
@@ -245,9 +322,13 @@ def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def render(registry: KindRegistry) -> str:
+def render(registry: KindRegistry, opt_in: tuple[str, str] = DEFAULT_OPT_IN) -> str:
     """The policy and its binding as YAML, after a header saying how it was made."""
     body = yaml.dump_all(
-        documents(registry), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100
+        documents(registry, opt_in),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=100,
     )
-    return _HEADER + body
+    return _HEADER.replace("{label}", f"{opt_in[0]}={opt_in[1]}") + body

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.bom import RootView
 from aibom_core.graph import POD, OwnershipGraph, key_of, refused_here
 from aibom_core.objects import Obj, ObjRef, ref_of
-from aibom_core.walk import HopFailure, Rollup
+from aibom_core.walk import HopFailure, Reason, Rollup, WalkResult
 
 CONFIGMAP_PREFIX = "aibom-"
 DATA_KEY = "aibom.json"
@@ -46,6 +45,9 @@ class RootEntry:
     # Objects whose controller edge to a member is not proven:
     # listed, never absorbed.
     unproven: tuple[Obj, ...] = ()
+    # Objects adopted by a member (a proven edge) that do not run its Pod template:
+    # listed apart, never absorbed.
+    mismatched: tuple[Obj, ...] = ()
 
     @property
     def reason(self) -> str | None:
@@ -61,6 +63,7 @@ class RootEntry:
             owned=self.owned,
             pods=self.pods,
             unproven=tuple(ref_of(o).kind_name for o in self.unproven),
+            mismatched=tuple(ref_of(o).kind_name for o in self.mismatched),
         )
 
     @property
@@ -77,7 +80,9 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
     result = graph.resolve(obj)
     if result.status not in _ROOTISH:
         return None
-    owned, pods, unproven = graph.members_and_unproven(key)
+    owned, pods, refused = graph.members_and_unproven(key)
+    reasons = {k: graph.resolve_key(k) for k in refused}
+    unproven, mismatched = _split(refused, reasons)
     return RootEntry(
         ref=ref,
         obj=obj,
@@ -86,7 +91,22 @@ def root_entry(graph: OwnershipGraph, key: str) -> RootEntry | None:
         owned=tuple(graph.get(k) or {} for k in owned),
         pods=tuple(graph.get(k) or {} for k in pods),
         unproven=tuple(graph.get(k) or {} for k in unproven),
+        mismatched=tuple(graph.get(k) or {} for k in mismatched),
     )
+
+
+def _split(
+    refused: list[str], results: Mapping[str, WalkResult | None]
+) -> tuple[list[str], list[str]]:
+    """Objects whose own edge was refused: (not proven, adopted not matching)."""
+    unproven: list[str] = []
+    mismatched: list[str] = []
+    for k in refused:
+        result = results.get(k)
+        failure = result.failure if result is not None else None
+        mismatch = failure is not None and failure.reason is Reason.ADOPTED_MISMATCH
+        (mismatched if mismatch else unproven).append(k)
+    return unproven, mismatched
 
 
 def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None) -> list[RootEntry]:
@@ -130,8 +150,11 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
         elif graph.registry.is_tracked(ref.group_kind):
             bucket[1].append(ref)
     entries = []
-    for key, owned, pods, unproven in roots.values():
+    for key, owned, pods, refused in roots.values():
         result = results[key]
+        keys_ = [key_of(r) for r in refused]
+        _, mismatched = _split(keys_, {k: results.get(k) for k in keys_})
+        apart = set(mismatched)
         entries.append(
             RootEntry(
                 ref=result.subject,
@@ -140,7 +163,8 @@ def inventory(graph: OwnershipGraph, *, namespaces: Iterable[str] | None = None)
                 failure=result.failure,
                 owned=_objs(graph, owned),
                 pods=_objs(graph, pods),
-                unproven=_objs(graph, unproven),
+                unproven=_objs(graph, [r for r in refused if key_of(r) not in apart]),
+                mismatched=_objs(graph, [r for r in refused if key_of(r) in apart]),
             )
         )
     entries.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
@@ -169,22 +193,63 @@ def configmap_name(kind: str, name: str) -> str:
     return f"{head}-{digest}"
 
 
+# The most a document may expand to when a reader unpacks it: a ConfigMap holds at
+# most 1 MiB, and an honest CycloneDX document gzips about 10-20 to 1, so a
+# payload that expands past this is not one of ours (a gzip bomb: 1 MiB of
+# zeros expands to 1 GiB). The annotator never writes a larger document
+# (`annotator.configmap.fit`), so every reader reads everything it writes.
+MAX_DOCUMENT_BYTES = 64 << 20
+
+
 class PackedDocumentError(ValueError):
-    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited or damaged)."""
+    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited, damaged, or a
+    gzip payload that expands past `MAX_DOCUMENT_BYTES`)."""
+
+
+_CHUNK = 1 << 20
+
+
+def gunzip(data: bytes, *, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """gzip-decompressed `data`, never holding more than `limit` bytes of it (plus one
+    1 MiB step): past that, PackedDocumentError. zlib's own `max_length` would hold
+    its output twice while joining it, so the steps are counted here."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    parts: list[bytes] = []
+    size = 0
+    tail = data
+    try:
+        while not d.eof:
+            part = d.decompress(tail, _CHUNK)
+            tail = d.unconsumed_tail
+            size += len(part)
+            if size > limit:
+                raise PackedDocumentError(
+                    f"{DATA_KEY_GZ} decompresses to more than {limit} bytes: not an AIBOM document"
+                )
+            parts.append(part)
+            if not part and not tail:
+                raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: the stream is cut short")
+    except zlib.error as exc:
+        raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: {exc}") from None
+    return b"".join(parts)
 
 
 def unpack(cm: dict[str, Any]) -> bytes | None:
     """The document an AIBOM ConfigMap holds (`aibom.json`, or gzip'd `aibom.json.gz`).
 
-    None when it holds neither key; PackedDocumentError when the gzip payload is damaged.
+    The one reader of a document's payload (the annotator's tests, `kubectl
+    aibom`, `aibom-rollup verify`): a gzip payload is expanded in bounded
+    memory (`gunzip`). None when it holds neither key; PackedDocumentError when
+    the payload is damaged or too large.
     """
     data = cm.get("data") or {}
-    if isinstance(data, dict) and DATA_KEY in data:
+    if isinstance(data, dict) and isinstance(data.get(DATA_KEY), str):
         return str(data[DATA_KEY]).encode("utf-8")
     binary = cm.get("binaryData") or {}
-    if isinstance(binary, dict) and DATA_KEY_GZ in binary:
+    if isinstance(binary, dict) and isinstance(binary.get(DATA_KEY_GZ), str):
         try:
-            return gzip.decompress(base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True))
-        except (binascii.Error, OSError, EOFError, zlib.error) as exc:
-            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64 gzip: {exc}") from None
+            packed = base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64: {exc}") from None
+        return gunzip(packed)
     return None

@@ -41,9 +41,12 @@ class Reason(StrEnum):
     # because the check itself failed (SubjectAccessReview error or timeout).
     UNPROVEN = "Unproven"
     UNCHECKED = "Unchecked"
+    # Provenance: the edge was proven, but added to an existing object (adopted)
+    # whose containers are not its owner's template (`aibom_core.provenance`).
+    ADOPTED_MISMATCH = "AdoptedMismatch"
 
 
-UNPROVEN_REASONS = frozenset({Reason.UNPROVEN, Reason.UNCHECKED})
+UNPROVEN_REASONS = frozenset({Reason.UNPROVEN, Reason.UNCHECKED, Reason.ADOPTED_MISMATCH})
 
 
 class Rollup(StrEnum):

@@ -823,25 +823,20 @@ class Kube:
         status = resp.body.get("status")
         return isinstance(status, dict) and status.get("allowed") is True
 
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        """A namespace's labels (None: it does not exist); KubeError on other answers."""
-        resp = await self.request("GET", f"/api/v1/namespaces/{name}", timeout=timeout)
+    async def admission_policy_object(
+        self, resource: str, name: str, *, timeout: float
+    ) -> dict[str, Any] | None:
+        """A cluster-scoped admissionregistration.k8s.io/v1 object (`resource`: its
+        plural, e.g. validatingadmissionpolicies) by name; None when it does not
+        exist, KubeError on other answers."""
+        path = f"/apis/admissionregistration.k8s.io/v1/{resource}/{name}"
+        resp = await self.request("GET", path, timeout=timeout)
         if resp.status == 404:
             return None
         if resp.status != 200 or not isinstance(resp.body, dict):
-            raise KubeError(f"GET namespace {name}: HTTP {resp.status}")
-        labels = (resp.body.get("metadata") or {}).get("labels")
-        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        """Whether a ValidatingAdmissionPolicyBinding of this name exists."""
-        path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}"
-        resp = await self.request("GET", path, timeout=timeout)
-        if resp.status == 404:
-            return False
-        if resp.status != 200:
             raise KubeError(f"GET {path}: HTTP {resp.status}")
-        return True
+        body: dict[str, Any] = resp.body
+        return body
 
     async def watch(
         self,

@@ -48,11 +48,13 @@ from aibom_edge.files import write_atomic
 from aibom_edge.options import (
     UsageError,
     add_core_options,
+    add_namespace_label_option,
     add_provenance_key_option,
     command_parser,
     exit_code,
     keys_of,
     max_depth_of,
+    namespace_label_of,
     positive_int,
     provenance_key_of,
     registry_of,
@@ -550,7 +552,10 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_policy(args: argparse.Namespace, out: TextIO) -> int:
-    text = render_policy(registry_of(args))
+    try:
+        text = render_policy(registry_of(args), namespace_label_of(args))
+    except ValueError as exc:
+        raise UsageError(f"--namespace-label: {exc}") from None
     if not args.output or args.output == "-":
         out.write(text)
         return 0
@@ -710,15 +715,21 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         "policy",
         help="print the provenance guard (ValidatingAdmissionPolicy) for the kind registry",
         description=f"Print the ValidatingAdmissionPolicy {POLICY_NAME} and its binding "
-        f"{BINDING_NAME} (YAML), generated from the kind registry: in namespaces labelled "
-        f"{OPT_IN_LABEL}={OPT_IN_VALUE} (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
+        f"{BINDING_NAME} (YAML), generated from the kind registry: in namespaces with the "
+        f"opt-in label (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
         "server refuses a CREATE or UPDATE that adds or changes a controller ownerReference "
         "to a kind of the registry unless the requester may update that owner's "
         "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "
         "(an entry's `resource:` names its plural when the guess, lowercased kind + s, is "
-        f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance-guard.md.",
+        "wrong), and the annotator's --namespace-label: it calls a namespace guarded only "
+        f"when the live binding is this one. The shipped copy is {SHIPPED_PATH}; see "
+        "docs/provenance-guard.md.",
     )
     pol.add_argument("--kinds", metavar="FILE", help="a registry file to merge (as for scan)")
+    add_namespace_label_option(
+        pol.add_argument_group("binding"),
+        help_text="the opt-in label the binding selects: the annotator's --namespace-label",
+    )
     pol.add_argument("-o", "--output", metavar="FILE", help="write the YAML here instead of stdout")
     pol.set_defaults(func=cmd_policy)
 

@@ -339,7 +339,7 @@ async def cmd_get(args: argparse.Namespace, source: Source, keys: Keys, out: Tex
     if args.target:
         return await _get_one(args, source, keys, out)
     ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
-    docs = await source.documents(ns, args.selector)
+    docs = await _documents(source, ns, args.selector)
     fmt = args.output or "table"
     if fmt in ("json", "yaml"):
         _emit({"items": [_doc_item(d) for d in docs]}, fmt, out)
@@ -431,6 +431,15 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
     return 0
 
 
+async def _documents(source: Source, ns: str | None, selector: str | None) -> list[Doc]:
+    """The documents of a listing; one that cannot be read is a warning, not a failure."""
+    docs = await source.documents(ns, selector)
+    for why in source.skipped:
+        print(f"warning: {why}", file=sys.stderr)
+    source.skipped.clear()
+    return docs
+
+
 def _filters(args: argparse.Namespace) -> list[query.Filter]:
     try:
         filters = [query.image_filter(t) for t in args.image]
@@ -461,7 +470,7 @@ async def cmd_find(args: argparse.Namespace, source: Source, keys: Keys, out: Te
     filters = _filters(args)
     ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
     hits: list[tuple[Doc, query.Hit]] = []
-    for d in await source.documents(ns, args.selector):
+    for d in await _documents(source, ns, args.selector):
         parts = query.parts_of(d.body)
         hits += [(d, hit) for hit in query.find(parts, filters)]
         for part in query.uncomparable(parts, filters):
@@ -544,7 +553,7 @@ async def _inventory(
     args: argparse.Namespace, source: Source, out: TextIO, *, role: str, title: tuple[str, str]
 ) -> int:
     ns = None if args.all_namespaces else (args.namespace or source.default_namespace)
-    docs = await source.documents(ns, args.selector)
+    docs = await _documents(source, ns, args.selector)
     rows = query.inventory(((d.namespace, d.root, query.parts_of(d.body)) for d in docs), role)
     if args.output in ("json", "yaml"):
         key = "model" if role == "model" else "runtime"

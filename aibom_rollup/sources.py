@@ -71,6 +71,9 @@ class Doc:
 class Source(Protocol):
     registry: KindRegistry
     default_namespace: str
+    # Why ConfigMaps labelled as AIBOMs were left out of the last `documents` (one
+    # line each): a listing is not spoiled by one document nobody can read.
+    skipped: list[str]
 
     async def kinds(self) -> list[KindInfo]: ...
 
@@ -106,6 +109,22 @@ def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
     return Doc(namespace=ns, configmap=name, root_hop=hop, raw=raw, body=body)
 
 
+def readable_docs(cms: Iterable[Obj], *, prefix: str, skipped: list[str]) -> list[Doc]:
+    """The documents of these ConfigMaps; each one that cannot be read (damaged, or a
+    payload too large to unpack: `aibom_core.rollup.unpack`) is left out and said
+    in `skipped`. Anyone who may create ConfigMaps can label one as ours."""
+    out = []
+    for cm in cms:
+        try:
+            doc = doc_of(cm, prefix=prefix)
+        except SourceError as exc:
+            skipped.append(f"{exc} (skipped)")
+            continue
+        if doc is not None:
+            out.append(doc)
+    return out
+
+
 def _hop_from_document(body: Any) -> str | None:
     """`group/Kind/name` from the document's root component (ConfigMaps without our annotation)."""
     comp = (body.get("metadata") or {}).get("component") if isinstance(body, dict) else None
@@ -138,6 +157,7 @@ class LiveSource:
         self.default_namespace = default_namespace
         self.prefix = prefix
         self.max_depth = max_depth
+        self.skipped: list[str] = []
 
     async def kinds(self) -> list[KindInfo]:
         try:
@@ -219,8 +239,7 @@ class LiveSource:
         if status != 200:
             where = f"in namespace {namespace}" if namespace else "cluster-wide"
             raise SourceError(f"forbidden: cannot list configmaps {where} (HTTP {status})")
-        docs = [doc_of(cm, prefix=self.prefix) for cm in items]
-        return _sorted(d for d in docs if d is not None)
+        return _sorted(readable_docs(items, prefix=self.prefix, skipped=self.skipped))
 
     async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
         res = await self._resource(CONFIG_MAP)
@@ -252,6 +271,7 @@ class DumpSource:
         self.tool_version = tool_version
         self.default_namespace = default_namespace
         self._graph = build_graph(dump.objects, registry, max_depth=max_depth)
+        self.skipped: list[str] = []
 
     async def kinds(self) -> list[KindInfo]:
         known = list(BUILTIN_KINDS)
@@ -283,8 +303,7 @@ class DumpSource:
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
         stored = self._stored()
         if stored:
-            docs = [doc_of(cm, prefix=self.prefix) for cm in stored]
-            found = (d for d in docs if d is not None)
+            found = readable_docs(stored, prefix=self.prefix, skipped=self.skipped)
             return _sorted(d for d in found if namespace is None or d.namespace == namespace)
         if selector:
             raise SourceError("-l selects AIBOM ConfigMaps; this dump holds none")
@@ -322,6 +341,7 @@ class DocumentsSource:
     ) -> None:
         self.registry = registry
         self.default_namespace = default_namespace
+        self.skipped: list[str] = []  # a file that is no AIBOM is an error, not a skip
         docs = []
         for raw, name in files:
             try:

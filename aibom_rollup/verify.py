@@ -31,11 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import binascii
 import json
 import sys
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +41,8 @@ from typing import Any
 import yaml
 
 from aibom_core import jsf
-from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ, MANAGED_SELECTOR
+from aibom_core.rollup import MANAGED_SELECTOR, PackedDocumentError, unpack
 from aibom_edge.options import UsageError, add_cluster_options, read_input
-
-# A ConfigMap holds at most 1 MiB; its gzip cannot honestly expand past this.
-MAX_DOCUMENT_BYTES = 64 << 20
 
 EXIT = {
     jsf.Status.VALID: 0,
@@ -102,28 +96,6 @@ class Checked:
 # -- reading documents -------------------------------------------------------------
 
 
-def _gunzip(data: bytes) -> bytes:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = d.decompress(data, MAX_DOCUMENT_BYTES)
-    if d.unconsumed_tail:
-        raise ValueError(f"decompresses to more than {MAX_DOCUMENT_BYTES} bytes")
-    return out
-
-
-def document_of(cm: dict[str, Any]) -> bytes | None:
-    """The AIBOM a ConfigMap holds (data aibom.json or binaryData aibom.json.gz)."""
-    data = cm.get("data") or {}
-    if isinstance(data, dict) and isinstance(data.get(DATA_KEY), str):
-        return str(data[DATA_KEY]).encode("utf-8")
-    binary = cm.get("binaryData") or {}
-    if isinstance(binary, dict) and isinstance(binary.get(DATA_KEY_GZ), str):
-        try:
-            return _gunzip(base64.b64decode(binary[DATA_KEY_GZ], validate=True))
-        except (ValueError, binascii.Error, zlib.error) as exc:
-            raise ValueError(f"{DATA_KEY_GZ} does not decode: {exc}") from None
-    return None
-
-
 def _cm_name(cm: dict[str, Any]) -> str:
     meta = cm.get("metadata") or {}
     return f"configmap/{meta.get('namespace', '')}/{meta.get('name', '')}".replace("//", "/")
@@ -167,8 +139,8 @@ def documents_in(raw: bytes, source: str) -> Iterator[tuple[str, bytes | None, s
 def _configmap(cm: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
     name = _cm_name(cm)
     try:
-        doc = document_of(cm)
-    except ValueError as exc:
+        doc = unpack(cm)  # the one bounded reader (aibom_core.rollup)
+    except PackedDocumentError as exc:
         yield name, None, str(exc)
         return
     if doc is not None:

@@ -40,7 +40,7 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import ProofTrust
-from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
+from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, configmap_name
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import FOREIGN_DATA, DocLabels
@@ -86,11 +86,12 @@ class ClusterState:
         trust_all: bool = False,
     ) -> None:
         self.labels = labels or DocLabels()
-        # Provenance: an edge counts when its namespace is guarded
-        # or the webhook's edge-proof verifies (`trust_all`: every edge counts).
-        self.binding_exists = False
+        # Provenance: an edge counts when the webhook's edge-proof verifies
+        # (`trust_all`: every edge counts). Whether the namespace is guarded is
+        # reported in each document; it proves no edge (aibom_core.provenance).
+        self.binding_exists = False  # the guard is in force (`aibom_core.guard.in_force`)
         self.trust_all = trust_all
-        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys(), guarded=self.guarded)
+        self.trust = ProofTrust(key=provenance_key, keys=keys or Keys())
         self.graph = OwnershipGraph(
             registry, max_depth=max_depth, trust=None if trust_all else self.trust
         )
@@ -122,27 +123,33 @@ class ClusterState:
         )
 
     def set_binding(self, exists: bool) -> Dirty:
-        """The guard's binding appeared or went away: every walk may change."""
+        """The guard came into force or went out of it (its binding appeared, went away,
+        or changed): every document says whether its namespace is guarded."""
         if exists == self.binding_exists:
             return Dirty()
         self.binding_exists = exists
         return Dirty(full=not self.bulk)
 
-    def unproven_edges(self) -> Counter[str]:
-        """Per opted-in namespace, controller edges (to a known owner) that are not proven."""
-        out: Counter[str] = Counter()
+    def unproven_edges(self) -> tuple[Counter[str], Counter[str]]:
+        """Per opted-in namespace, controller edges (to a known owner) not followed:
+        (not proven, adopted by an owner whose Pod template the child does not run)."""
+        unproven: Counter[str] = Counter()
+        mismatched: Counter[str] = Counter()
         graph = self.graph
         if graph.trust is None:
-            return out
+            return unproven, mismatched
         for key in list(graph.keys()):
             ref = graph.ref(key)
             if ref is None or ref.namespace not in self._opted or graph.parent_of(key) is None:
                 continue
             obj = graph.get(key)
             owner = controller_ref(obj) if obj is not None else None
-            if obj is not None and owner is not None and graph.trust(obj, ref, owner) is not None:
-                out[ref.namespace] += 1
-        return out
+            why = graph.trust(obj, ref, owner) if obj is not None and owner is not None else None
+            if why is Reason.ADOPTED_MISMATCH:
+                mismatched[ref.namespace] += 1
+            elif why is not None:
+                unproven[ref.namespace] += 1
+        return unproven, mismatched
 
     def _labelled(self, labels: Mapping[str, str]) -> bool:
         return opted_in(labels, self.opt_in_label)
@@ -205,13 +212,38 @@ class ClusterState:
         """The opted-in namespaces (kept current from Namespace events; do not mutate)."""
         return self._opted_frozen
 
+    def ours(self, cm: Obj) -> bool:
+        """Whether a ConfigMap labelled as an AIBOM document is one of ours: its name is
+        the one the contract gives the document of the object its root-UID label
+        names (`aibom_core.rollup.configmap_name`: a workload, or one of a kind no
+        longer tracked), in that object's namespace.
+
+        The labels prove nothing: anyone who may update a ConfigMap can label it
+        as ours, and the annotator may delete any ConfigMap so labelled. Its
+        name cannot be changed by an update, and only a workload's own
+        document is named after it. A labelled ConfigMap whose workload we do
+        not know is left alone (the garbage collector removes a document of
+        ours with its root, through its ownerReference)."""
+        meta = metadata(cm)
+        ref = self.graph.ref(self.labels.root_uid_of(cm))
+        return (
+            ref is not None
+            and ref.namespace == meta.get("namespace")
+            and meta.get("name") == configmap_name(ref.kind, ref.name)
+        )
+
     def docs_of(self, uid: str) -> list[Obj]:
-        """Our ConfigMaps labelled as the document of the object with this UID."""
+        """Our ConfigMaps (`ours`) that are the document of the object with this UID."""
         names = sorted(self._cm_by_uid.get(uid, ()))
-        return [self.configmaps[n] for n in names]
+        return [cm for cm in (self.configmaps[n] for n in names) if self.ours(cm)]
 
     def docs_in(self, namespace: str) -> list[Obj]:
-        return [cm for (ns, _), cm in sorted(self.configmaps.items()) if ns == namespace]
+        """Our ConfigMaps (`ours`) in a namespace."""
+        return [
+            cm
+            for (ns, _), cm in sorted(self.configmaps.items())
+            if ns == namespace and self.ours(cm)
+        ]
 
     def doc_namespaces(self) -> list[str]:
         return sorted({ns for ns, _ in self.configmaps})
@@ -406,10 +438,9 @@ class ClusterState:
             (self._opted.add if now else self._opted.discard)(name)
             self._opted_frozen = frozenset(self._opted)
         if not self.bulk and was and now and self.guarded(name) != was_guarded:
-            # Guarded or not any more (opt-out label): which edges count changed.
-            dirty = Dirty(roots=roots_before | set(self.roots([name])))
-            dirty.stamps = set(self.graph.namespace_keys(name))
-            return dirty
+            # Guarded or not any more (opt-out label): every document of the
+            # namespace says so (no edge, and so no stamp, changes with it).
+            return Dirty(roots=roots_before | set(self.roots([name])))
         if self.bulk or was == now:
             return Dirty()
         if now:

@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.objects import Obj, ObjRef, metadata
-from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ, MANAGED_BY, MANAGED_BY_LABEL
+from aibom_core.rollup import (
+    DATA_KEY,
+    DATA_KEY_GZ,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MAX_DOCUMENT_BYTES,
+)
 from aibom_core.stamp import DEFAULT_PREFIX
 
 FIELD_MANAGER = "aibom-rollup-annotator"
@@ -135,20 +141,30 @@ class Payload:
 Seal = Callable[[bytes], bytes]
 
 
-def fit(document: bytes, *, limit: int = MAX_DATA_BYTES, seal: Seal | None = None) -> Payload:
+def fit(
+    document: bytes,
+    *,
+    limit: int = MAX_DATA_BYTES,
+    seal: Seal | None = None,
+    unpacked_limit: int = MAX_DOCUMENT_BYTES,
+) -> Payload:
     """Put a document into a ConfigMap's budget, compressing or cutting as needed.
 
     `seal` (signing) is applied to a cut document: a signature must cover
     the bytes stored, so a signed document that is cut is signed again.
+    A gzip'd document is also kept within `unpacked_limit` once expanded:
+    every reader unpacks in memory bounded by it (`aibom_core.rollup.unpack`).
     """
     if len(document) <= limit:
         return Payload(
             "json", {DATA_KEY: document.decode("utf-8")}, {}, len(document), len(document)
         )
     packed = _gzip(document)
-    if len(packed) <= limit:
+    if len(packed) <= limit and len(document) <= unpacked_limit:
         return Payload("gzip", {}, {DATA_KEY_GZ: _b64(packed)}, len(packed), len(document))
-    cut, omitted_c, omitted_o = truncate(document, limit=limit, seal=seal)
+    cut, omitted_c, omitted_o = truncate(
+        document, limit=limit, seal=seal, unpacked_limit=unpacked_limit
+    )
     packed = _gzip(cut)
     return Payload(
         "truncated",
@@ -161,7 +177,13 @@ def fit(document: bytes, *, limit: int = MAX_DATA_BYTES, seal: Seal | None = Non
     )
 
 
-def truncate(document: bytes, *, limit: int, seal: Seal | None = None) -> tuple[bytes, int, int]:
+def truncate(
+    document: bytes,
+    *,
+    limit: int,
+    seal: Seal | None = None,
+    unpacked_limit: int = MAX_DOCUMENT_BYTES,
+) -> tuple[bytes, int, int]:
     """The largest cut of a CycloneDX document whose gzip fits `limit`.
 
     Keeps the same leading fraction of `components` and of the root's
@@ -216,14 +238,17 @@ def truncate(document: bytes, *, limit: int, seal: Seal | None = None) -> tuple[
             data = seal(data)
         return data, len(components) - n_c, len(owned) - n_o
 
+    def fits(data: bytes) -> bool:
+        return len(data) <= unpacked_limit and len(_gzip(data)) <= limit
+
     lo, hi = 0.0, 1.0
     best = build(0.0)
-    if len(_gzip(best[0])) > limit:
+    if not fits(best[0]):
         raise ValueError(f"even an empty document does not fit {limit} bytes")
     for _ in range(20):  # 2**-20 of the entries: precise enough, bounded cost
         mid = (lo + hi) / 2
         candidate = build(mid)
-        if len(_gzip(candidate[0])) <= limit:
+        if fits(candidate[0]):
             best, lo = candidate, mid
         else:
             hi = mid

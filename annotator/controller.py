@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aibom_core.bom import render
-from aibom_core.guard import BINDING_NAME
+from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, metadata
 from aibom_core.opt_in import DEFAULT_OPT_IN
@@ -164,6 +164,7 @@ class Controller:
         self._logged: set[tuple[str, ...]] = set()
         self._events_sent: set[tuple[str, str]] = set()
         self._unproven_reported: set[str] = set()
+        self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
         self.ledger = RepairLedger()
         self.identity = election.identity if election else "annotator"
         self.elector = (
@@ -412,42 +413,65 @@ class Controller:
     # -- discovery supervisor --------------------------------------------------------------
 
     async def check_guard(self) -> None:
-        """Whether the guard's ValidatingAdmissionPolicyBinding exists; report
+        """Whether the guard the API server enforces is ours (`aibom_core.guard.in_force`:
+        the policy and its binding exist, deny, select our opt-in label); report
         opted-in namespaces whose guard is opted out, and count unproven edges."""
+        settings = self.settings
         try:
-            exists = await self.kube.binding_exists(BINDING_NAME, timeout=10)
+            binding = await self.kube.admission_policy_object(
+                "validatingadmissionpolicybindings", BINDING_NAME, timeout=10
+            )
+            policy = await self.kube.admission_policy_object(
+                "validatingadmissionpolicies", POLICY_NAME, timeout=10
+            )
         except (KubeError, TimeoutError) as exc:
             self._once(
                 ("guard-binding",),
-                "cannot read the provenance guard's binding: no namespace counts as guarded",
+                "cannot read the provenance guard's policy and binding: no namespace counts "
+                "as guarded",
                 binding=BINDING_NAME,
                 error=str(exc)[:300],
             )
-            exists = False
-        if exists != self.state.binding_exists:
-            log.info(
-                "provenance guard binding " + ("found" if exists else "absent"),
-                extra={"binding": BINDING_NAME},
+            binding = policy = None
+            why: str | None = "unreadable"
+        else:
+            why = in_force(policy, binding, settings.registry, settings.namespace_label)
+        found = binding is not None
+        guarding = why is None
+        if (found, guarding) != self._guard_seen:
+            self._guard_seen = (found, guarding)
+            msg = "provenance guard binding " + ("found" if found else "absent")
+            if found and not guarding:
+                msg += ", but it does not guard the opted-in namespaces: " + str(why)
+            log.log(
+                logging.INFO if guarding or not found else logging.WARNING,
+                msg,
+                extra={"binding": BINDING_NAME, "guarding": guarding},
             )
-        self._dirty(self.state.set_binding(exists))
+        self.metrics.guard_in_force.set(1 if guarding else 0)
+        self._dirty(self.state.set_binding(guarding))
         disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]
         self.metrics.guard_disabled.set(len(disabled))
         for ns in disabled:
             self._once(
                 ("guard-disabled", ns),
-                "opted-in namespace has the provenance guard disabled: its ownerReferences "
-                "count only with the webhook's edge-proof",
+                "opted-in namespace has the provenance guard disabled: nothing refuses a "
+                "forged ownerReference there at admission",
                 namespace=ns,
             )
         self.report_unproven()
 
     def report_unproven(self) -> None:
-        counts = self.state.unproven_edges()
-        for ns in set(self._unproven_reported) - set(counts):
-            self.metrics.unproven_edges.labels(ns).set(0)
-        for ns, n in counts.items():
-            self.metrics.unproven_edges.labels(ns).set(n)
-        self._unproven_reported = set(counts)
+        unproven, mismatched = self.state.unproven_edges()
+        for gauge, counts in (
+            (self.metrics.unproven_edges, unproven),
+            (self.metrics.adopted_mismatch, mismatched),
+        ):
+            for ns in self._unproven_reported - set(counts):
+                gauge.labels(ns).set(0)
+            for ns, n in counts.items():
+                gauge.labels(ns).set(n)
+        self._unproven_reported = set(unproven) | set(mismatched)
 
     async def supervise_once(self) -> None:
         await self.check_guard()

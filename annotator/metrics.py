@@ -190,13 +190,26 @@ class Metrics:
         self.unproven_edges = c.gauge(
             "aibom_annotator_unproven_edges",
             "Controller edges (to a known owner) not followed because they are not proven "
-            "(no guard, no verifying edge-proof), per opted-in namespace.",
+            "(no verifying edge-proof), per opted-in namespace.",
             ["namespace"],
+        )
+        self.adopted_mismatch = c.gauge(
+            "aibom_annotator_adopted_mismatch",
+            "Objects adopted by a controller (a proven edge added to an existing object) "
+            "that do not run its Pod template, per opted-in namespace: listed apart in the "
+            "root's AIBOM (aibom.rollup.adopted-mismatch.<i>), never absorbed.",
+            ["namespace"],
+        )
+        self.guard_in_force = c.gauge(
+            "aibom_annotator_guard_in_force",
+            "1 while the provenance guard's policy and binding are what aibom-rollup policy "
+            "generates for this registry and opt-in label (they exist, deny, and select the "
+            "opted-in namespaces): only then is a namespace reported guarded.",
         )
         self.guard_disabled = c.gauge(
             "aibom_annotator_guard_disabled_namespaces",
-            "Opted-in namespaces labelled aibom.dev/provenance-guard=disabled (their "
-            "edges count only with the webhook's edge-proof).",
+            "Opted-in namespaces labelled aibom.dev/provenance-guard=disabled (nothing "
+            "refuses a forged ownerReference there at admission).",
         )
         # When did the leader's last full resync (start of leadership,
         # RBAC/CRD change) converge: every key it queued reconciled.

@@ -124,6 +124,8 @@ def sources_hash(view: RootView, salt: str) -> str:
     if not salt:
         return ""
     parts = [salt, view.status, view.reason or "", repr(view.guarded), *view.unproven]
+    if view.mismatched:  # only then: every other document's hash stays what it was
+        parts += ["adopted-mismatch", *view.mismatched]
     for obj in (view.root, *view.owned, *view.pods):
         meta = metadata(obj)
         rv, uid = meta.get("resourceVersion"), meta.get("uid")
@@ -193,13 +195,9 @@ def plan_root(
             signed_by=signed_by,
         )
     owned_refs = tuple(ref_of(o) for o in entry.owned)
+    # The documents of the workloads it absorbs: ours only (`ClusterState.ours`), so
+    # never a ConfigMap someone labelled with such a workload's UID.
     supersedes = [DocRef.of(cm, for_uid=o.uid) for o in owned_refs for cm in state.docs_of(o.uid)]
-    # Our own documents under another name (a renamed scheme, a hash collision).
-    supersedes += [
-        DocRef.of(cm, for_uid=ref.uid)
-        for cm in state.docs_of(ref.uid)
-        if metadata(cm).get("name") != name
-    ]
     return RootPlan(
         key=key,
         outcome=_OUTCOME[entry.status],

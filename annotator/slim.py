@@ -17,9 +17,10 @@ the service-account volume that no document reads. So:
   data is; the data itself, up to 1 MiB each, is never needed), and a
   marker when `managedFields` show that a write other than our own apply
   owns part of the data (someone edited the document);
-- Pods: exactly what the walk, the stamps, the scrapers and the digest
-  resolver read (`aibom_core.scrape` on Pods, `pod_signature`,
-  `aibom_core.digests`): identity and ownerReferences; annotations under
+- Pods: exactly what the walk, the stamps, the proofs, the scrapers and the
+  digest resolver read (`aibom_core.scrape` on Pods, `pod_signature`,
+  `aibom_core.provenance`, `aibom_core.digests`): identity, creationTimestamp
+  and ownerReferences; annotations under
   our stamp prefix and `model.aibom.dev/`; the containers' name, image,
   command, args, env and the mounts of model-source volumes;
   `spec.volumes` entries that name a claim or host path, the others
@@ -89,6 +90,7 @@ class PodMeta(TypedDict, total=False):
     uid: str
     resourceVersion: str
     deletionTimestamp: str
+    creationTimestamp: str  # a proof written at its CREATE binds it (aibom_core.provenance)
     annotations: dict[str, str]  # filtered to our prefixes by the slimmer
     ownerReferences: list[OwnerRefKept]
 

@@ -98,7 +98,7 @@ sys.path.insert(0, str(REPO))
 
 from aibom_core.graph import OwnershipGraph  # noqa: E402
 from aibom_core.kinds import GroupKind, default_registry, group_kind_of  # noqa: E402
-from aibom_core.objects import controller_ref, ref_of  # noqa: E402
+from aibom_core.objects import controller_ref  # noqa: E402
 from aibom_core.provenance import parse_key, proof_for  # noqa: E402
 from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
@@ -176,7 +176,9 @@ def prove(obj: Obj, key: bytes) -> None:
     if owner is None:
         return
     where = KEYS.proof_key(group_kind_of(obj), owner.group_kind)
-    obj["metadata"].setdefault("annotations", {})[where] = proof_for(key, ref_of(obj), owner)
+    # Bound to the creation second, as the webhook binds a CREATE (no UID yet).
+    proof = proof_for(key, obj, owner, now=time.time())
+    obj["metadata"].setdefault("annotations", {})[where] = proof
 
 
 class Builder:

@@ -25,7 +25,6 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from tests.unit.webhook_fakes import MemorySource, review  # noqa: E402
 from webhook.admission import parse_review  # noqa: E402
 from webhook.app import Admitter  # noqa: E402
 from webhook.metrics import Metrics  # noqa: E402
-from webhook.provenance import EdgeChecker, GuardCache, Provenance, SarCache  # noqa: E402
+from webhook.provenance import EdgeChecker, Provenance, SarCache  # noqa: E402
 from webhook.resolver import OwnerCache, Resolver  # noqa: E402
 
 KEY = b"k" * 32
@@ -56,12 +55,6 @@ class InMemoryApi:
     async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
         return True
 
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        return {"aibom.dev/enabled": "true"}
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        return False  # unguarded: the hops above are proven by their proofs
-
 
 def world() -> tuple[MemorySource, list[bytes]]:
     objs = chain(
@@ -72,7 +65,7 @@ def world() -> tuple[MemorySource, list[bytes]]:
         owner = controller_ref(obj)
         assert owner is not None
         where = KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)
-        obj["metadata"]["annotations"] = {where: proof_for(KEY, ref_of(obj), owner)}
+        obj["metadata"]["annotations"] = {where: proof_for(KEY, obj, owner)}
     rs = objs[-1]
     bodies = []
     for i in range(64):
@@ -98,7 +91,6 @@ def admitter(source: MemorySource, mode: str) -> Admitter:
         api = InMemoryApi()
         prov = Provenance(
             EdgeChecker(api, cache=SarCache(ttl=10 if mode == "sar-cache-on" else 0)),
-            GuardCache(api),
             key=KEY,
             keys=KEYS,
             check_budget=0.75,

@@ -241,7 +241,7 @@ def prove_owners(kubectl: Any, ns: str, key_file: Path, owners: list[dict[str, A
             "-n",
             ns,
             f"{kind}/{ref.name}",
-            f"{where}={proof_for(key, ref, owner)}",
+            f"{where}={proof_for(key, obj, owner)}",
             "--overwrite",
         )
 
@@ -370,7 +370,8 @@ def new_chains(cp: ControlPlane, ns: str, key: bytes, n: int, *, tag: str) -> li
         assert ref is not None
         child = ref_of(doc, namespace=ns)
         where = keys.proof_key(child.group_kind, ref.group_kind)
-        doc["metadata"]["annotations"] = {where: proof_for(key, child, ref)}
+        # Before it exists (no UID): bound to its creation, as the webhook binds it.
+        doc["metadata"]["annotations"] = {where: proof_for(key, doc, ref, now=time.time())}
         return doc
 
     names = [f"{tag}-{i}" for i in range(n)]
@@ -397,7 +398,7 @@ def new_chains(cp: ControlPlane, ns: str, key: bytes, n: int, *, tag: str) -> li
         assert owner is not None
         ref = ref_of(rs, namespace=ns)
         patch = {
-            "metadata": {"annotations": {keys.replicaset_edge_proof: proof_for(key, ref, owner)}}
+            "metadata": {"annotations": {keys.replicaset_edge_proof: proof_for(key, rs, owner)}}
         }
         path = f"/apis/apps/v1/namespaces/{ns}/replicasets/{ref.name}"
         resp = cp.request("PATCH", path, patch, content_type="application/merge-patch+json")

@@ -55,11 +55,18 @@ class Review:
     old_obj: Obj | None
     # request.userInfo, raw (provenance: who set the controller reference).
     user_info: dict[str, Any] | None = None
+    # Decoded from the first bytes of a body over the limit (webhook.body): the
+    # object's metadata only, no oldObject, no spec.
+    partial: bool = False
 
     @property
     def stampable(self) -> bool:
-        """CREATE or UPDATE of a main resource with an object to patch."""
-        return self.operation in STAMPED_OPERATIONS and not self.sub_resource and bool(self.obj)
+        """CREATE or UPDATE of a main resource, or an UPDATE through `status` (a write
+        through pods/status, deployments/status, ... may change annotations, our keys
+        included: manifests/webhook/mutatingwebhook.yaml), with an object to patch."""
+        if self.sub_resource not in ("", "status"):
+            return False
+        return self.operation in STAMPED_OPERATIONS and bool(self.obj)
 
 
 class PatchOp(TypedDict, total=False):
@@ -99,7 +106,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_review(body: bytes) -> Review:
+def parse_review(body: bytes | bytearray) -> Review:
     """An AdmissionReview v1 body -> Review; raises BadReview with a clear message."""
     if not body or not body.strip():
         raise BadReview(f"empty body: expected a JSON {API_VERSION} {KIND}")
@@ -109,6 +116,12 @@ def parse_review(body: bytes) -> Review:
         doc = orjson.loads(body)
     except (ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON ({exc}): expected a {API_VERSION} {KIND}") from None
+    return review_of(doc)
+
+
+def review_of(doc: object, *, partial: bool = False) -> Review:
+    """A decoded AdmissionReview -> Review; raises BadReview with a clear message.
+    `partial`: decoded from the first bytes of a body too large to read (webhook.body)."""
     if not isinstance(doc, dict):
         raise BadReview(f"body is a JSON {type(doc).__name__}, not a {KIND} object")
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
@@ -143,6 +156,7 @@ def parse_review(body: bytes) -> Review:
         obj=obj if isinstance(obj, dict) else None,
         old_obj=old if isinstance(old, dict) else None,
         user_info=req["userInfo"] if isinstance(req.get("userInfo"), dict) else None,
+        partial=partial,
     )
 
 

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
+from aibom_core.provenance import POD
 from aibom_core.stamp import (
     REPLICA_SET,
     Keys,
@@ -37,31 +38,27 @@ from aibom_core.stamp import (
 )
 from aibom_core.walk import Rollup
 from aibom_edge.metrics import exposition
+from webhook import body
 from webhook.admission import (
     BadReview,
     Review,
     ReviewResponse,
     allowed,
     encode,
-    parse_review,
     patched,
 )
 from webhook.auth import CallerAuth
 from webhook.guard import DEFAULT_BODY_TIMEOUT, ConnectionGuard, Rank
 from webhook.metrics import Metrics
-from webhook.provenance import EdgeDecision, Provenance, Verdict
+from webhook.provenance import Adoption, EdgeDecision, Provenance, Verdict
 from webhook.resolver import Resolution, Resolver
 
 log = logging.getLogger("webhook.admission")
 
-MiB = 1 << 20
-# The API server refuses request bodies over 3 MiB (apiserver
-# MaxRequestBodyBytes), so one object is at most 3 MiB of JSON; an UPDATE
-# review carries the object and oldObject, plus request metadata (userInfo,
-# options, names: a few KiB). 2 x 3 MiB + 1 MiB of headroom, as
-# controller-runtime's 7 MB cap (pkg/webhook/admission/http.go). aiohttp's
-# default of 1 MiB would refuse large legitimate UPDATEs.
-MAX_BODY = 2 * 3 * MiB + MiB
+# How large a review can be, and how it is read (webhook.body says why):
+# 37 MiB, the object and oldObject of a 3 MiB request each JSON-escaped
+# sixfold, read in bounded memory; a larger one is answered from its prefix.
+MAX_BODY = body.MAX_BODY
 
 JSON = "application/json"
 
@@ -123,6 +120,11 @@ class Admitter:
             # Not a kind we stamp (the configuration's rules are wider than
             # the registry): leave it alone.
             return allowed(review.uid), "skipped"
+        if review.sub_resource == "status" and gk == POD and review.old_obj is not None:
+            # A pods/status write may change annotations (our keys included) but
+            # not ownerReferences: the status strategy puts the stored ones back.
+            # Stamp what will be stored.
+            obj = _with_owner_references(obj, review.old_obj)
         carried = read_stamp(obj, keys=self._keys) if review.operation == "UPDATE" else None
 
         def cached_ok(res: Resolution) -> bool:
@@ -229,6 +231,20 @@ class Admitter:
                 )
         elif decision.kept:
             m.provenance_checks.labels("kept").inc()
+        if decision.adoption is not None:
+            m.adoptions.labels(decision.adoption.value).inc()
+            if decision.adoption is not Adoption.MATCHING:
+                log.info(
+                    "controller reference added to an existing object that is not its "
+                    "owner's template (or the template could not be read): not absorbed",
+                    extra={
+                        "namespace": review.namespace,
+                        "kind": review.kind,
+                        "object": review.name or _name(review),
+                        "user": (review.user_info or {}).get("username"),
+                        "result": decision.adoption.value,
+                    },
+                )
         return decision
 
     def _stamp(self, resolution: Resolution, gk: GroupKind) -> Stamp:
@@ -299,6 +315,14 @@ def proof_ops(
     return ops
 
 
+def _with_owner_references(obj: Obj, source: Obj) -> Obj:
+    refs = metadata(source).get("ownerReferences")
+    meta = {k: v for k, v in metadata(obj).items() if k != "ownerReferences"}
+    if refs is not None:
+        meta["ownerReferences"] = refs
+    return {**obj, "metadata": meta}
+
+
 def _name(review: Review) -> str:
     meta = (review.obj or {}).get("metadata") or {}
     return str(meta.get("name") or meta.get("generateName") or "")
@@ -317,13 +341,16 @@ def make_app(
     clock: Callable[[], float] = time.perf_counter,
     guard: ConnectionGuard | None = None,
     auth: CallerAuth | None = None,
+    budget: body.BodyBudget | None = None,
 ) -> web.Application:
     """The aiohttp application (no listening socket: `main` or a test client adds that).
 
     `guard` (webhook.guard) bounds the body read (408 after its
     `body_timeout`) and learns which connections are answering a review.
+    `budget`: bytes of large bodies held at once (webhook.body).
     """
     body_timeout = guard.body_timeout if guard is not None else DEFAULT_BODY_TIMEOUT
+    budget = budget if budget is not None else body.BodyBudget(max(body.BUDGET, 2 * max_body))
 
     async def mutate(request: web.Request) -> web.Response:
         start = clock()
@@ -343,13 +370,13 @@ def make_app(
             return _plain(
                 415, f"Content-Type must be {JSON}, got {request.content_type or 'none'!r}"
             )
-        if request.content_length is not None and request.content_length > max_body:
-            return _too_large(request.content_length)
         try:
             async with asyncio.timeout(body_timeout):
-                body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _too_large(None)
+                read = await body.read_review(request, budget=budget, limit=max_body)
+        except BadReview as exc:
+            metrics.bad_requests.labels(str(exc.status)).inc()
+            log.warning("bad admission request: %s", exc, extra={"status": exc.status})
+            return _plain(exc.status, f"bad AdmissionReview: {exc}")
         except TimeoutError:
             # A body that arrives slower than the API server would wait for
             # our answer (slowloris): 408, and the connection is closed.
@@ -359,12 +386,17 @@ def make_app(
             late = _plain(408, f"request body not received within {body_timeout:g} s")
             late.force_close()
             return late
-        try:
-            review = parse_review(body)
-        except BadReview as exc:
-            metrics.bad_requests.labels(str(exc.status)).inc()
-            log.warning("bad admission request: %s", exc, extra={"status": exc.status})
-            return _plain(exc.status, f"bad AdmissionReview: {exc}")
+        review = read.review
+        metrics.body_bytes.observe(read.size)
+        if review.partial:
+            # Over the limit: answered from its prefix (the object's metadata),
+            # never an error that failurePolicy Ignore would turn into "keep
+            # whatever the stamp keys hold".
+            metrics.partial_reviews.inc()
+            log.warning(
+                "admission request body over the limit: answered from its first bytes",
+                extra={"uid": review.uid, "bytes": read.size, "limit": max_body},
+            )
         metrics.in_flight.inc()
         if guard is not None:
             guard.answering(request.protocol, True)
@@ -386,12 +418,6 @@ def make_app(
         metrics.admissions.labels(kind, review.operation, result).inc()
         metrics.admission_seconds.labels(kind, review.operation).observe(clock() - start)
         return web.Response(body=encode(response), content_type=JSON)
-
-    def _too_large(length: int | None) -> web.Response:
-        metrics.bad_requests.labels("413").inc()
-        got = f"{length} bytes" if length is not None else "more"
-        log.warning("admission request body too large: %s", got)
-        return _plain(413, f"request body too large: {got}, the limit is {max_body} bytes")
 
     async def healthz(request: web.Request) -> web.Response:
         return _plain(200, "ok")
@@ -415,7 +441,8 @@ def make_app(
     async def metrics_view(request: web.Request) -> web.Response:
         return exposition(metrics.registry)
 
-    app = web.Application(client_max_size=max_body)
+    # Small bodies are read whole (client_max_size), large ones in steps.
+    app = web.Application(client_max_size=body.SMALL)
     app.router.add_post("/mutate", mutate)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -23,9 +23,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
-from aibom_core.guard import BINDING_NAME
 from aibom_core.kinds import KindRegistry
-from aibom_core.opt_in import DEFAULT_OPT_IN, OPT_OUT_LABEL, OPT_OUT_VALUE
 from aibom_core.stamp import Keys
 from aibom_core.walk import MAX_DEPTH_LIMIT
 from aibom_edge import logs, options
@@ -48,14 +46,13 @@ from webhook.ownerwatch import (
     OwnerWatch,
 )
 from webhook.provenance import (
-    DEFAULT_GUARD_TTL,
     DEFAULT_SAR_SIZE,
     DEFAULT_SAR_TTL,
+    AccessReviewer,
     EdgeChecker,
-    GuardCache,
     Provenance,
-    ProvenanceSource,
     SarCache,
+    TemplateOwners,
 )
 from webhook.resolver import (
     DEFAULT_CACHE_SIZE,
@@ -189,11 +186,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"verdicts kept at most (default {DEFAULT_SAR_SIZE})",
     )
-    options.add_namespace_label_option(
-        prov,
-        help_text=f"the opt-in label; with the ValidatingAdmissionPolicyBinding {BINDING_NAME} "
-        f"and no {OPT_OUT_LABEL}={OPT_OUT_VALUE} label it makes a namespace guarded",
-    )
     options.add_core_options(p)
     options.add_log_options(
         p.add_argument_group("logging"),
@@ -228,7 +220,6 @@ def run(args: argparse.Namespace) -> int:
     registry = options.registry_of(args)
     keys = options.keys_of(args)
     key = options.provenance_key_of(args)
-    opt_in = options.namespace_label_of(args)
     logs.configure(level=args.log_level, fmt=args.log_format)
     if pin_malloc_thresholds():
         log.debug("malloc thresholds pinned: large request bodies are unmapped when freed")
@@ -252,7 +243,6 @@ def run(args: argparse.Namespace) -> int:
             reloader=reloader,
             auth=auth,
             key=key,
-            opt_in=opt_in,
         )
     )
 
@@ -264,7 +254,6 @@ async def _main(
     keys: Keys,
     reloader: CertReloader,
     key: bytes | None,
-    opt_in: tuple[str, str],
     auth: CallerAuth | None = None,
 ) -> int:
     from aibom_edge.kube import Kube, KubeError
@@ -308,9 +297,9 @@ async def _main(
             ),
             auth=auth,
             provenance_source=kube,
+            template_owners=kube,
             provenance_key=key,
             sar_cache=SarCache(ttl=args.sar_cache_ttl, size=args.sar_cache_size),
-            opt_in=opt_in,
         )
         if key is None:
             log.warning(
@@ -354,10 +343,10 @@ class Server:
         metrics: Metrics | None = None,
         guard: ConnectionGuard | None = None,
         auth: CallerAuth | None = None,
-        provenance_source: ProvenanceSource | None = None,
+        provenance_source: AccessReviewer | None = None,
+        template_owners: TemplateOwners | None = None,
         provenance_key: bytes | None = None,
         sar_cache: SarCache | None = None,
-        opt_in: tuple[str, str] = DEFAULT_OPT_IN,
         owner_watch: OwnerWatch | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
@@ -382,12 +371,7 @@ class Server:
         if provenance_source is not None:
             self.provenance = Provenance(
                 EdgeChecker(provenance_source, cache=sar_cache),
-                GuardCache(
-                    provenance_source,
-                    opt_in=opt_in,
-                    ttl=DEFAULT_GUARD_TTL,
-                    on_get=self.metrics.guard_lookups.inc,
-                ),
+                owners=template_owners,
                 key=provenance_key,
                 keys=keys,
                 check_budget=walk_deadline / 2,

@@ -100,14 +100,30 @@ class Metrics:
             "oldObject's verdict, no review).",
             ["result"],
         )
+        self.body_bytes = c.histogram(
+            "aibom_webhook_request_body_bytes",
+            "Bytes of each AdmissionReview body read (JSON-escaped by the API server: a "
+            "review can be six times the request).",
+            [],
+            buckets=(16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 37 << 20, 64 << 20),
+        )
+        self.partial_reviews = c.counter(
+            "aibom_webhook_partial_reviews_total",
+            "Reviews over the body limit, answered from their first bytes (the object's "
+            "metadata): stamped, never left with the values a user wrote.",
+        )
+        self.adoptions = c.counter(
+            "aibom_webhook_adoptions_total",
+            "Controller references added to an existing object by an identity allowed to "
+            "control the owner (adoptions): `matching` (the object runs its owner's Pod "
+            "template, or the owner has none), `mismatch` (it does not: stamped unproven, "
+            "reason AdoptedMismatch, never absorbed), `error` (the owner could not be read: "
+            "Unchecked).",
+            ["result"],
+        )
         self.provenance_cache_hits = c.counter(
             "aibom_webhook_provenance_cache_hits_total",
             "Edge checks answered from the SubjectAccessReview cache.",
-        )
-        self.guard_lookups = c.counter(
-            "aibom_webhook_provenance_guard_gets_total",
-            "API GETs made to learn whether a namespace is guarded (namespace labels, "
-            "the ValidatingAdmissionPolicyBinding); cached for a short TTL.",
         )
         self.cert_reloads = c.counter(
             "aibom_webhook_cert_reloads_total",

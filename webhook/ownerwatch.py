@@ -95,17 +95,27 @@ WatchState = ReflectorState
 
 # One owner, compactly: ((apiVersion, kind), name, namespace, uid, the controller
 # reference as (apiVersion, kind, name, uid) or None, the kept annotations as
-# pairs). Tuples of shared strings, not dicts: a third of the memory; `expand`
-# rebuilds the object the walk reads (a few microseconds per hop).
+# pairs, the creationTimestamp of an owner that has a controller reference ("":
+# none; a proof written at its CREATE binds it: aibom_core.provenance)). Tuples
+# of shared strings, not dicts: a third of the memory; `expand` rebuilds the
+# object the walk reads (a few microseconds per hop).
 Entry = tuple[
-    tuple[str, str], str, str, str, tuple[str, str, str, str] | None, tuple[tuple[str, str], ...]
+    tuple[str, str],
+    str,
+    str,
+    str,
+    tuple[str, str, str, str] | None,
+    tuple[tuple[str, str], ...],
+    str,
 ]
 
 
 def expand(entry: Entry) -> Obj:
     """The object an entry stands for, as the walk reads it."""
-    (api_version, kind), name, namespace, uid, ref, annotations = entry
+    (api_version, kind), name, namespace, uid, ref, annotations, created = entry
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    if created:
+        meta["creationTimestamp"] = created
     if ref is not None:
         meta["ownerReferences"] = [
             {
@@ -176,7 +186,9 @@ class OwnerStore:
             )
         # The served apiVersion: the walk compares groups, never versions.
         what = (sys.intern(res.api_version), sys.intern(res.kind))
-        return (what, name, sys.intern(str(meta.get("namespace") or "")), uid, ref, kept)
+        created = meta.get("creationTimestamp") if ref is not None else None
+        namespace = sys.intern(str(meta.get("namespace") or ""))
+        return (what, name, namespace, uid, ref, kept, created if isinstance(created, str) else "")
 
     def upsert(self, gk: GroupKind, entry: Entry) -> None:
         uid = entry[3]

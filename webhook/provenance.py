@@ -14,9 +14,10 @@ check OwnerReferencesPermissionEnforcement applies to `blockOwnerDeletion`.
 - An error or timeout of the review is `error`: the edge is not proven (the
   stamp says `Unchecked`), admission is never denied or held past the walk's
   deadline.
-- Deeper hops: an owner's own edge counts when its `edge-proof` verifies, or
-  when its namespace is guarded (opted in, no opt-out label, and the binding
-  `aibom-rollup-provenance` exists: `GuardCache`, cached GETs).
+- Deeper hops: an owner's own edge counts when its `edge-proof` verifies, in
+  every namespace. A guarded namespace proves no edge by itself: the guard
+  leaves no record of what it checked, and an edge admitted before the
+  namespace was guarded was never checked (`aibom_core.provenance`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from aibom_core.guard import BINDING_NAME
 from aibom_core.objects import (
     Obj,
     ObjRef,
@@ -42,14 +42,25 @@ from aibom_core.objects import (
     metadata,
     ref_of,
 )
-from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
-from aibom_core.provenance import proof_for, read_proof, verify
+from aibom_core.provenance import (
+    TEMPLATE_CHILDREN,
+    Containers,
+    Origin,
+    check_proof,
+    created_at,
+    edge_reason,
+    matches_template,
+    origin_of,
+    pod_containers,
+    proof_for,
+    read_proof,
+)
 from aibom_core.stamp import Keys
-from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Reason
+from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Fetched, Reason
+from aibom_edge.kube import KubeError
 
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
-DEFAULT_GUARD_TTL = 10.0
 
 
 class Verdict(StrEnum):
@@ -126,18 +137,6 @@ def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
     if user.extra:
         spec["extra"] = {k: list(v) for k, v in user.extra}
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-
-
-class ProvenanceSource(Protocol):
-    """Everything provenance reads from the API (`aibom_edge.kube.Kube`)."""
-
-    async def finalizers_resource(self, owner: OwnerRef) -> str | None: ...
-
-    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool: ...
-
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None: ...
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool: ...
 
 
 class AccessReviewer(Protocol):
@@ -267,94 +266,6 @@ def _retrieve(flight: asyncio.Future[bool]) -> None:
         flight.exception()
 
 
-class NamespaceReader(Protocol):
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        """The namespace's labels (None: it does not exist). Raises on errors."""
-        ...
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        """Whether the ValidatingAdmissionPolicyBinding exists. Raises on errors."""
-        ...
-
-
-class GuardCache:
-    """Whether a namespace is guarded (contract: opted in, no opt-out label, binding
-    exists), from cached GETs: one namespace GET per namespace and one binding GET
-    per `ttl`. An error counts as not guarded (and is not cached)."""
-
-    def __init__(
-        self,
-        reader: NamespaceReader,
-        *,
-        opt_in: tuple[str, str] = DEFAULT_OPT_IN,
-        ttl: float = DEFAULT_GUARD_TTL,
-        clock: Callable[[], float] = time.monotonic,
-        on_get: Callable[[], None] | None = None,
-    ) -> None:
-        self._reader = reader
-        self._on_get = on_get
-        self._opt_in = opt_in
-        self.ttl = ttl
-        self._clock = clock
-        self._binding: tuple[float, bool] | None = None
-        self._labels: dict[str, tuple[float, Mapping[str, str] | None]] = {}
-        self.gets = 0  # API GETs made (metrics, benchmark)
-
-    def _count(self) -> None:
-        self.gets += 1
-        if self._on_get is not None:
-            self._on_get()
-
-    def _fresh(self, namespace: str) -> bool | None:
-        """The answer from the cache alone (None: a GET is needed)."""
-        now = self._clock()
-        entry = self._labels.get(namespace)
-        if entry is None or now - entry[0] >= self.ttl:
-            return None
-        labels = entry[1]
-        if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
-            return False
-        if self._binding is None or now - self._binding[0] >= self.ttl:
-            return None
-        return self._binding[1]
-
-    async def guarded(self, namespace: str, *, timeout: float) -> bool:
-        fresh = self._fresh(namespace)
-        if fresh is not None:  # the fast path: no await, no timer
-            return fresh
-        try:
-            async with asyncio.timeout(max(timeout, 0.001)):
-                labels = await self._namespace(namespace, timeout)
-                if not opted_in(labels, self._opt_in) or guard_opted_out(labels):
-                    return False
-                return await self._binding_exists(timeout)
-        except Exception:
-            return False
-
-    async def _namespace(self, name: str, timeout: float) -> Mapping[str, str] | None:
-        now = self._clock()
-        entry = self._labels.get(name)
-        if entry is not None and now - entry[0] < self.ttl:
-            return entry[1]
-        self._count()
-        labels = await self._reader.namespace_labels(name, timeout=timeout)
-        if self.ttl > 0:
-            if len(self._labels) > 10_000:
-                self._labels.clear()
-            self._labels[name] = (now, labels)
-        return labels
-
-    async def _binding_exists(self, timeout: float) -> bool:
-        now = self._clock()
-        if self._binding is not None and now - self._binding[0] < self.ttl:
-            return self._binding[1]
-        self._count()
-        exists = await self._reader.binding_exists(BINDING_NAME, timeout=timeout)
-        if self.ttl > 0:
-            self._binding = (now, exists)
-        return exists
-
-
 # -- the decision for one admission ---------------------------------------------------------
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apiserver's names.SimpleNameGenerator
@@ -368,16 +279,35 @@ def generated_name(prefix: str) -> str:
     return prefix[:_MAX_GENERATE_PREFIX] + "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
 
 
+class Adoption(StrEnum):
+    """`aibom_webhook_adoptions_total{result}`: an edge added to an existing object."""
+
+    MATCHING = "matching"  # the object runs its owner's template (or it has none)
+    MISMATCH = "mismatch"  # it does not: proven, never absorbed
+    ERROR = "error"  # the owner could not be read: unchecked
+
+
+class TemplateOwners(Protocol):
+    """Where an adopting owner's Pod template is read (`aibom_edge.kube.Kube`)."""
+
+    async def get_owner(
+        self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
+    ) -> Fetched:
+        """The owner whole (its spec: the template), or why not."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeDecision:
     """What the webhook decided about the object's own controller edge.
 
-    `first`: None when the edge is proven, else why not (`Unproven`, `Unchecked`).
+    `first`: None when the edge is proven, else why not (`Unproven`, `Unchecked`,
+    `AdoptedMismatch`).
     `proof`: the `edge-proof` value the object must carry (None: none).
     `name`: a name to assign (CREATE with generateName and a proof to write: the
     proof binds the object's name, which the API server would only pick later).
     `trust`: the walk's edge-trust input (first hop from `first`, deeper hops
-    from the owners' proofs or a guarded namespace).
+    from the owners' proofs).
     """
 
     first: Reason | None
@@ -386,26 +316,31 @@ class EdgeDecision:
     trust: EdgeTrust | None
     check: Check | None  # the review's outcome (None: no check was made)
     kept: bool = False  # UPDATE keeping the controller reference: not re-checked
+    adoption: Adoption | None = None  # an edge added on UPDATE: was it the template?
 
 
 class Provenance:
-    """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge,
-    proofs and guarded namespaces for the hops above it."""
+    """Decides `EdgeDecision`s: the SubjectAccessReview for the object's own edge (and,
+    for an adoption, its owner's template), proofs for the hops above it."""
 
     def __init__(
         self,
         checker: EdgeChecker,
-        guard: GuardCache | None,
         *,
         key: bytes | None,
         keys: Keys,
         check_budget: float,
+        owners: TemplateOwners | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.checker = checker
-        self.guard = guard
         self.key = key
         self.keys = keys
         self.check_budget = check_budget
+        # None: adoptions are not compared with a template (unit tests of the rest).
+        self.owners = owners
+        # The second a proof written at a CREATE binds (aibom_core.provenance).
+        self.wall = wall
 
     async def decide(
         self,
@@ -422,49 +357,91 @@ class Provenance:
         if owner is None:
             return None
         child = ref_of(obj, namespace=namespace)
+        if operation == "CREATE":
+            # Whatever UID the request carries, the API server assigns another after
+            # admission: a proof written now binds the object's creation instead.
+            child = dataclasses.replace(child, uid="")
         old_owner = controller_ref(old_obj) if old_obj is not None else None
+        budget = min(self.check_budget, remaining)
+        user = UserInfo.parse(user_info)
         check: Check | None = None
+        adoption: Adoption | None = None
+        origin: Origin | None = None
+        proof: str | None = None  # a proof kept as it is
         kept = operation == "UPDATE" and old_obj is not None and _same_edge(old_owner, owner)
         if kept:
             assert old_obj is not None
-            first = self._carried(old_obj, namespace, owner)
+            first, origin, proof = self._carried(old_obj, namespace, owner)
+            if first is None and pod_containers(obj) != pod_containers(old_obj):
+                # A Pod's image changed under a kept edge: its content is now the
+                # updater's, checked as a new edge would be.
+                check = await self.checker.check(user, namespace, owner, timeout=budget)
+                first, origin, proof = _VERDICT[check.verdict], Origin.CONTROLLED, None
         else:
-            check = await self.checker.check(
-                UserInfo.parse(user_info),
-                namespace,
-                owner,
-                timeout=min(self.check_budget, remaining),
-            )
-            first = {
-                Verdict.ALLOWED: None,
-                Verdict.DENIED: Reason.UNPROVEN,
-                Verdict.ERROR: Reason.UNCHECKED,
-            }[check.verdict]
+            check = await self.checker.check(user, namespace, owner, timeout=budget)
+            first = _VERDICT[check.verdict]
+            origin = Origin.CONTROLLED
+            if first is None and operation == "UPDATE":
+                # Added to an object that already existed: an adoption. Its content
+                # is whoever created it's, not the controller's.
+                adoption = await self._adoption(obj, namespace, owner, budget)
+                origin = _ADOPTED.get(adoption)
+                first = None if origin is not None else Reason.UNCHECKED
+        if first is None and origin is Origin.MISMATCH:
+            first = Reason.ADOPTED_MISMATCH
         name: str | None = None
-        proof: str | None = None
-        if first is None and self.key is not None:
+        proven = first is None or first is Reason.ADOPTED_MISMATCH
+        if proven and origin is not None and self.key is not None and proof is None:
             meta = metadata(obj)
             if not meta.get("name"):
                 prefix = meta.get("generateName")
                 name = generated_name(prefix) if isinstance(prefix, str) and prefix else None
                 child = dataclasses.replace(child, name=name or "")
             if child.name:
-                proof = proof_for(self.key, child, owner)
-        guarded = False
-        if first is None and self.guard is not None:
-            guarded = await self.guard.guarded(namespace, timeout=min(self.check_budget, remaining))
-        trust = _Trust(obj, first, guarded, self.key, self.keys)
+                proof = proof_for(self.key, obj, owner, origin=origin, now=self.wall(), ref=child)
+        if not proven:
+            proof = None
+        trust = _Trust(obj, first, self.key, self.keys)
         return EdgeDecision(
-            first=first, proof=proof, name=name, trust=trust, check=check, kept=kept
+            first=first,
+            proof=proof,
+            name=name,
+            trust=trust,
+            check=check,
+            kept=kept,
+            adoption=adoption,
         )
 
-    def _carried(self, old_obj: Obj, namespace: str, owner: OwnerRef) -> Reason | None:
-        """The verdict oldObject carries (an UPDATE that keeps the edge is not re-checked)."""
+    async def _adoption(
+        self, obj: Obj, namespace: str, owner: OwnerRef, timeout: float
+    ) -> Adoption:
+        """Whether an adopted object runs its owner's template (its Pod template read
+        whole, with the walk's UID check): `aibom_core.provenance.matches_template`."""
+        if self.owners is None or owner.group_kind not in TEMPLATE_CHILDREN:
+            return Adoption.MATCHING  # nothing to compare with
+        try:
+            async with asyncio.timeout(max(timeout, 0.001)):
+                got = await self.owners.get_owner(namespace, owner, timeout=timeout)
+        except (TimeoutError, KubeError):
+            return Adoption.ERROR
+        found = got.obj
+        if found is None or metadata(found).get("uid") != owner.uid:
+            return Adoption.ERROR
+        match = matches_template(obj, found)
+        return Adoption.MISMATCH if match is False else Adoption.MATCHING
+
+    def _carried(
+        self, old_obj: Obj, namespace: str, owner: OwnerRef
+    ) -> tuple[Reason | None, Origin | None, str | None]:
+        """The verdict oldObject carries (an UPDATE that keeps the edge is not
+        re-checked): (reason, origin, the proof to keep)."""
         if self.key is not None:
             old_ref = ref_of(old_obj, namespace=namespace)
             value = read_proof(old_obj, old_ref, owner, keys=self.keys)
-            ok = verify(self.key, value, old_ref, owner)
-            return None if ok else Reason.UNPROVEN
+            origin = origin_of(self.key, value, old_obj, owner, ref=old_ref)
+            if origin is None:
+                return Reason.UNPROVEN, None, None
+            return edge_reason(origin), origin, value
         # No key: the stamp the webhook gave at admission is the only record
         # (a stamp written while the webhook was down is taken at its word:
         # run with a key). `unproven` whose reason names a hop above this edge
@@ -473,13 +450,25 @@ class Provenance:
         ann = annotations_of(old_obj)
         rollup = ann.get(self.keys.rollup)
         if rollup is None:
-            return Reason.UNPROVEN
+            return Reason.UNPROVEN, None, None
         if rollup != "unproven":
-            return None
+            return None, Origin.CONTROLLED, None
         word, _, hop = ann.get(self.keys.reason, "").partition(" ")
         gk = owner.group_kind
         above = word in UNPROVEN_REASONS and hop not in ("", hop_of(gk.group, gk.kind, owner.name))
-        return None if above else Reason.UNPROVEN
+        if above:
+            return None, Origin.CONTROLLED, None
+        if word == Reason.ADOPTED_MISMATCH.value:
+            return Reason.ADOPTED_MISMATCH, Origin.MISMATCH, None
+        return Reason.UNPROVEN, None, None
+
+
+_VERDICT = {
+    Verdict.ALLOWED: None,
+    Verdict.DENIED: Reason.UNPROVEN,
+    Verdict.ERROR: Reason.UNCHECKED,
+}
+_ADOPTED = {Adoption.MATCHING: Origin.ADOPTED, Adoption.MISMATCH: Origin.MISMATCH}
 
 
 def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
@@ -494,30 +483,42 @@ def _same_edge(old: OwnerRef | None, new: OwnerRef) -> bool:
 class _Trust:
     """The walk's edge-trust input for one admission."""
 
-    __slots__ = ("_first", "_guarded", "_key", "_keys", "_obj")
+    __slots__ = ("_first", "_key", "_keys", "_obj")
 
-    def __init__(
-        self, obj: Obj, first: Reason | None, guarded: bool, key: bytes | None, keys: Keys
-    ) -> None:
+    def __init__(self, obj: Obj, first: Reason | None, key: bytes | None, keys: Keys) -> None:
         self._obj = obj
         self._first = first
-        self._guarded = guarded
         self._key = key
         self._keys = keys
 
     def __call__(self, child: Obj, ref: ObjRef, owner: OwnerRef) -> Reason | None:
         if child is self._obj:
             return self._first
-        if self._guarded:
-            return None
         value = read_proof(child, ref, owner, keys=self._keys)
-        if self._key is not None and value is not None and _verified(self._key, value, ref, owner):
-            return None
-        return Reason.UNPROVEN
+        if self._key is None or value is None:
+            return Reason.UNPROVEN
+        origin = _origin(
+            self._key,
+            value,
+            ref,
+            owner,
+            created=created_at(child),
+            containers=pod_containers(child),
+        )
+        return edge_reason(origin)
 
 
 @functools.lru_cache(maxsize=4096)
-def _verified(key: bytes, value: str, ref: ObjRef, owner: OwnerRef) -> bool:
-    """`verify`, memoised: the owners above a Pod are the same objects admission after
-    admission (the owner cache), and a verdict is a pure function of its inputs."""
-    return verify(key, value, ref, owner)
+def _origin(
+    key: bytes,
+    value: str,
+    ref: ObjRef,
+    owner: OwnerRef,
+    *,
+    created: float | None,
+    containers: Containers | None,
+) -> Origin | None:
+    """`check_proof`, memoised: the owners above a Pod are the same objects admission
+    after admission (the owner cache), and a verdict is a pure function of what it
+    reads of them (identity, creation, containers)."""
+    return check_proof(key, value, ref, owner, created=created, containers=containers)

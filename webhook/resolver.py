@@ -86,6 +86,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, OwnerRef
+from aibom_core.provenance import POD
 from aibom_core.walk import (
     DEFAULT_MAX_DEPTH,
     EdgeTrust,
@@ -114,7 +115,9 @@ class OwnerSource(Protocol):
 
 class MetadataOwners:
     """An `OwnerSource` asking the API for owners' metadata only: the walk, the
-    proofs and the ReplicaSet mirror read nothing else of an owner."""
+    proofs and the ReplicaSet mirror read nothing else of an owner, but of a Pod
+    (an LWS leader Pod owns its worker StatefulSet): its proof binds its
+    containers (`aibom_core.provenance`), so a Pod owner is read whole."""
 
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
@@ -122,7 +125,10 @@ class MetadataOwners:
     async def get_owner(
         self, namespace: str, owner: OwnerRef, *, timeout: float | None = None
     ) -> Fetched:
-        return await self._kube.get_owner(namespace, owner, timeout=timeout, metadata_only=True)
+        whole = owner.group_kind == POD
+        return await self._kube.get_owner(
+            namespace, owner, timeout=timeout, metadata_only=not whole
+        )
 
 
 class OwnerIndex(Protocol):

@@ -199,3 +199,15 @@ def test_long_root_names_get_valid_labels_and_full_name_annotation() -> None:
     value = b["metadata"]["labels"]["aibom.dev/root-name"]
     assert len(value) <= 63 and VALID.match(value)
     assert b["metadata"]["annotations"]["aibom.dev/document-for"] == "apps/Deployment/" + "d" * 250
+
+
+def test_a_gzipped_document_is_never_more_than_a_reader_unpacks() -> None:
+    """What the annotator writes, every reader can read: a document that gzips into
+    the budget but expands past the readers' bound is cut like one that does not fit."""
+    d = doc(30, 20)
+    within = fit(d, limit=4096, unpacked_limit=len(d))
+    assert within.encoding == "gzip"
+    cut = fit(d, limit=4096, unpacked_limit=len(d) - 1)
+    assert cut.encoding == "truncated"
+    raw = unpack({"binaryData": dict(cut.binary_data)})
+    assert raw is not None and len(raw) < len(d)

@@ -151,6 +151,31 @@ def test_sweep_of_an_opted_in_namespace_hands_strays_to_their_root() -> None:
     assert plan_sweep(st2, SweepKey("ns")).requeue == ()
 
 
+def test_a_configmap_labelled_as_ours_under_another_name_is_never_touched() -> None:
+    """Anyone who may update a ConfigMap can give it our labels, naming any object's
+    UID: only a ConfigMap named as the contract names that object's document is
+    ours. Deleted by no sweep (opted in or out), superseded by no root."""
+    lws, sts, leader, *_ = objs = lws_family()
+
+    def victims(st: ClusterState) -> None:
+        for name, root in (("app-a", leader), ("app-b", sts), ("app-c", lws)):
+            st.upsert(CONFIGMAP, doc_for(root, name))
+
+    for opted in (True, False):
+        st = state(*objs, opted=opted)
+        victims(st)
+        assert st.docs_in("ns") == []
+        assert plan_sweep(st, SweepKey("ns")).deletes == ()
+        plan = plan_root(st, rk(lws), generator=GEN, tool_version="t")
+        assert plan.supersedes == plan.delete_now == ()
+    # Ours by the contract's name: handled as before.
+    st = state(*objs)
+    victims(st)
+    st.upsert(CONFIGMAP, doc_for(sts, "aibom-statefulset-l"))
+    plan = plan_root(st, rk(lws), generator=GEN, tool_version="t")
+    assert [d.name for d in plan.supersedes] == ["aibom-statefulset-l"]
+
+
 def watched_all(gk: GroupKind) -> bool:
     return True
 

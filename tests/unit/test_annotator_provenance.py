@@ -1,5 +1,6 @@
-"""The annotator's trust rule: guarded namespaces trust controller
-references; elsewhere only the webhook's edge-proof does. Nothing unproven is absorbed."""
+"""The annotator's trust rule: only the webhook's edge-proof proves a controller
+reference, guarded namespace or not (a guarded namespace is reported, and proves
+nothing it did not check). Nothing unproven is absorbed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 from aibom_core.bom import render
 from aibom_core.kinds import default_registry, group_kind_of
 from aibom_core.objects import Obj, controller_ref, ref_of
-from aibom_core.provenance import proof_for
+from aibom_core.provenance import Origin, proof_for
 from aibom_core.stamp import Keys
 from annotator.cache import NAMESPACE, ClusterState
 from annotator.keys import RootKey
@@ -24,9 +25,7 @@ def proved(obj: Obj) -> Obj:
     owner = controller_ref(obj)
     assert owner is not None
     ann = obj["metadata"].setdefault("annotations", {})
-    ann[KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)] = proof_for(
-        KEY, ref_of(obj), owner
-    )
+    ann[KEYS.proof_key(ref_of(obj).group_kind, owner.group_kind)] = proof_for(KEY, obj, owner)
     return obj
 
 
@@ -60,6 +59,16 @@ def world() -> tuple[ClusterState, Obj, Obj, Obj]:
     return st, dep, legit, forged
 
 
+def repaired(st: ClusterState, obj: Obj) -> dict[str, str | None]:
+    """The stamp keys the annotator's repair of `obj` writes (it must write some)."""
+    plan = plan_stamp(
+        st, obj["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
+    )
+    assert plan is not None and plan.patch is not None
+    ann: dict[str, str | None] = plan.patch["metadata"]["annotations"]
+    return ann
+
+
 def root_key(obj: Obj) -> RootKey:
     return RootKey.of(ref_of(obj))
 
@@ -85,16 +94,12 @@ def test_unguarded_namespace_absorbs_only_proven_edges() -> None:
     p = props(doc)
     assert p["aibom.rollup.unproven.0"] == "Pod/forged"
     assert p["aibom.provenance.guarded"] == "false"
-    assert st.unproven_edges() == {"ns": 1}
+    assert st.unproven_edges() == ({"ns": 1}, {})
 
 
 def test_stamp_repair_never_turns_unproven_into_rolled_up() -> None:
     st, _dep, legit, forged = world()
-    plan = plan_stamp(
-        st, forged["metadata"]["uid"], keys=KEYS, watched=lambda gk: True, namespaces=None
-    )
-    assert plan is not None and plan.patch is not None
-    ann = plan.patch["metadata"]["annotations"]
+    ann = repaired(st, forged)
     assert ann["aibom.dev/rollup"] == "unproven"
     assert ann["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/d-1"
     assert ann["aibom.dev/root"] is None and ann["aibom.dev/root-uid"] is None
@@ -116,24 +121,32 @@ def test_no_key_no_guard_proves_nothing() -> None:
     assert st.resolve(rs["metadata"]["uid"]).status.value == "unproven"  # type: ignore[union-attr]
 
 
-def test_guarded_namespace_trusts_references_and_says_so() -> None:
+def test_a_guarded_namespace_is_reported_and_proves_nothing_it_did_not_check() -> None:
+    """The forgery was admitted before the guard (or while the namespace was opted
+    out): the guard never checked it, and it leaves no record of what it did check.
+    Becoming guarded changes what the documents say, not which edges count."""
     st, dep, _legit, forged = world()
     assert not st.guarded("ns")
     dirty = st.set_binding(True)
-    assert dirty.full  # every walk may change
+    assert dirty.full  # every document says whether its namespace is guarded
     assert st.guarded("ns")
-    p = props(doc_of(st, dep))
+    doc = doc_of(st, dep)
+    p = props(doc)
     assert p["aibom.provenance.guarded"] == "true"
-    assert "aibom.rollup.unproven.0" not in p
-    # Opting the namespace out of the guard: its edges need proofs again, and
-    # the namespace's roots are re-checked.
-    dirty = st.upsert(
-        NAMESPACE, ns_obj({"aibom.dev/enabled": "true", "aibom.dev/provenance-guard": "disabled"})
-    )
-    assert not st.guarded("ns") and st.guard_disabled("ns")
-    assert root_key(dep) in dirty.roots
-    assert forged["metadata"]["uid"] in dirty.stamps
-    assert props(doc_of(st, dep))["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert p["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert "evil.example/miner:1" not in json.dumps(doc)
+    # Opting the namespace out of the guard and in again: the same.
+    for labels in (
+        {"aibom.dev/enabled": "true", "aibom.dev/provenance-guard": "disabled"},
+        {"aibom.dev/enabled": "true"},
+    ):
+        dirty = st.upsert(NAMESPACE, ns_obj(labels))
+        assert root_key(dep) in dirty.roots
+        assert forged["metadata"]["uid"] not in dirty.stamps  # no verdict changed
+        p = props(doc_of(st, dep))
+        assert p["aibom.provenance.guarded"] == str(st.guarded("ns")).lower()
+        assert p["aibom.rollup.unproven.0"] == "Pod/forged"
+    assert st.guarded("ns")
 
 
 def test_tracked_object_with_unproven_edge_is_its_own_root() -> None:
@@ -192,3 +205,34 @@ def test_trusting_every_reference_absorbs_the_forgery_and_claims_nothing() -> No
     doc = doc_of(st, dep)
     assert "evil.example/miner:1" in json.dumps(doc)  # the old rule, on purpose
     assert "aibom.provenance.guarded" not in props(doc)
+
+
+def test_an_adopted_pod_that_is_not_the_template_is_listed_apart_and_stamped_so() -> None:
+    """The webhook proved the adoption and recorded that the Pod does not run the
+    ReplicaSet's template (the proof's origin): listed apart, its image out, its
+    stamp says so, counted; a twin that runs the template rolls up."""
+    dep = mk("Deployment", "d")
+    rs = proved(mk("ReplicaSet", "d-1", dep))
+    twin = with_image(mk("Pod", "twin", rs), "registry.example/app:1")
+    visitor = with_image(mk("Pod", "visitor", rs), "evil.example/visitor:1")
+    for pod, origin in ((twin, Origin.ADOPTED), (visitor, Origin.MISMATCH)):
+        owner = controller_ref(pod)
+        assert owner is not None
+        pod["metadata"]["annotations"] = {
+            KEYS.edge_proof: proof_for(KEY, pod, owner, origin=origin)
+        }
+    st = ClusterState(REG, provenance_key=KEY)
+    st.upsert(NAMESPACE, ns_obj({"aibom.dev/enabled": "true"}))
+    for o in (dep, rs, twin, visitor):
+        st.upsert(group_kind_of(o), o)
+    st.bulk = False
+    doc = doc_of(st, dep)
+    text = json.dumps(doc)
+    assert "registry.example/app:1" in text and "evil.example/visitor:1" not in text
+    p = props(doc)
+    assert p["aibom.rollup.adopted-mismatch.0"] == "Pod/visitor"
+    assert not any(k.startswith("aibom.rollup.unproven.") for k in p)
+    assert st.unproven_edges() == ({}, {"ns": 1})
+    ann = repaired(st, visitor)
+    assert ann["aibom.dev/rollup"] == "unproven"
+    assert ann["aibom.dev/rollup-reason"] == "AdoptedMismatch apps/ReplicaSet/d-1"

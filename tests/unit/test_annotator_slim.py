@@ -197,7 +197,15 @@ def test_what_is_dropped_and_what_is_kept() -> None:
     assert "kubectl.kubernetes.io/last-applied-configuration" not in dgd["metadata"]["annotations"]
     assert dgd["spec"]  # tracked: the spec is the document
     assert set(rs) == {"apiVersion", "kind", "metadata"}  # walk-only: ownership only
-    assert set(pod["metadata"]) == {"name", "namespace", "uid", "annotations", "ownerReferences"}
+    # creationTimestamp: a proof written at a Pod's CREATE binds it (aibom_core.provenance).
+    assert set(pod["metadata"]) == {
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "annotations",
+        "ownerReferences",
+    }
     assert pod["metadata"]["annotations"] == {"aibom.dev/rollup": "rolled-up"}
     assert [v for v in pod["spec"]["volumes"]] == [
         {},

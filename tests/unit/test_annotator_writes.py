@@ -228,13 +228,17 @@ async def test_signing_adds_one_list_of_the_keys_configmap_per_new_key() -> None
     assert sum(call.content_type == APPLY for call in api.calls) == 2
 
 
-def test_the_annotator_role_grants_get_only_on_the_guard_binding() -> None:
-    # docs/annotator.md:345-346: `list` and `watch`; it never GETs a single object.
+def test_the_annotator_role_grants_get_only_on_the_guard() -> None:
+    # docs/annotator.md:345-346: `list` and `watch`; it never GETs a single object
+    # but the guard's binding and policy (whether the guard is in force).
     role = only(DOCS, "ClusterRole", ANNOTATOR)
     for rule in role["rules"]:
         if {"get", "*"} & set(rule["verbs"]):
             assert rule.get("resourceNames") == ["aibom-rollup-provenance"], rule
-            assert rule["resources"] == ["validatingadmissionpolicybindings"], rule
+            assert rule["resources"] == [
+                "validatingadmissionpolicybindings",
+                "validatingadmissionpolicies",
+            ], rule
     granted = rules_by_resource(role)
     for res in {*STAMPED, ("", "namespaces"), ("", "configmaps")}:
         assert not {"get", "*"} & granted.get(res, set()), res

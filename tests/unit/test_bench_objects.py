@@ -14,6 +14,7 @@ import asyncio
 import copy
 import itertools
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ KEY = bytes(range(32))
 
 
 class Server:
-    """The API server as far as the bench's builder uses it: creates (a UID and a
-    resourceVersion), merge patches of metadata, and Pod status writes."""
+    """The API server as far as the bench's builder uses it: creates (a UID, a
+    resourceVersion and the creation second the proofs bind), merge patches of metadata, and Pod status writes."""
 
     def __init__(self) -> None:
         self.objects: dict[str, Obj] = {}
@@ -44,7 +45,10 @@ class Server:
         if method == "POST":
             obj = copy.deepcopy(json)
             n = next(self._n)
-            obj["metadata"].update(uid=f"uid-{n}", resourceVersion=str(n))
+            created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            obj["metadata"].update(
+                uid=f"uid-{n}", resourceVersion=str(n), creationTimestamp=created
+            )
             self.objects[f"{path}/{obj['metadata']['name']}"] = obj
             return KubeResponse(201, copy.deepcopy(obj), {})
         if method == "PATCH":

@@ -596,9 +596,14 @@ def test_the_hash_follows_what_is_rendered() -> None:
 
 
 def _canonical_form(value: Any) -> Any:
-    """The facts as JSON data, written apart from bom.py: dataclasses by field name."""
+    """The facts as JSON data, written apart from bom.py: dataclasses by field name
+    (`mismatched` only when not empty: docs/aibom-format.md)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _canonical_form(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: _canonical_form(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name != "mismatched" or getattr(value, f.name)
+        }
     if isinstance(value, tuple | list):
         return [_canonical_form(v) for v in value]
     return str(value) if isinstance(value, str) else value  # an enum: its value
@@ -617,6 +622,7 @@ def _hostile_facts() -> list[Any]:
         base,
         dataclasses.replace(base, unproven=("Pod/x", f"Pod/{HOSTILE}"), guarded=False),
         dataclasses.replace(base, guarded=True),
+        dataclasses.replace(base, mismatched=(f"Pod/{HOSTILE}",)),
         facts_of(view(odd, status="unresolved", reason=f"NotFound {HOSTILE}"), REG),
     ]
 
@@ -633,7 +639,8 @@ def test_the_input_hash_is_sha256_over_the_jcs_bytes_of_the_facts() -> None:
             digest = "sha256:" + hashlib.sha256(expected).hexdigest()
             assert input_hash(facts, tool_version=tool) == digest
             seen.add(digest)
-    assert len(seen) == 8  # unproven, guarded and the tool version each change it
+    # unproven, guarded, mismatched and the tool version each change it
+    assert len(seen) == 10
 
 
 def test_render_writes_the_bytes_of_the_stdlib_encoder() -> None:

@@ -9,6 +9,7 @@ output, and the command's edges.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from aibom_core.guard import (
     SHIPPED_PATH,
     binding,
     documents,
+    in_force,
     owner_resources,
     policy,
     render,
@@ -103,6 +105,102 @@ def test_binding_selects_opted_in_not_opted_out() -> None:
         ]
     }
     assert policy(REG)["spec"]["failurePolicy"] == "Fail"
+
+
+def test_the_binding_selects_the_annotators_opt_in_label() -> None:
+    """`--namespace-label` on the annotator and on `aibom-rollup policy`: the same label,
+    or the guard binds namespaces the annotator does not serve and misses those it does."""
+    doc = binding(("team.example/aibom", "on"))
+    first = doc["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]
+    assert first == {"key": "team.example/aibom", "operator": "In", "values": ["on"]}
+    assert documents(REG, ("team.example/aibom", "on"))[1] == doc
+    text = render(REG, ("team.example/aibom", "on"))
+    assert "labelled team.example/aibom=on" in text
+    assert list(yaml.safe_load_all(text))[1] == doc
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [(("bad key", "x"), "is not a label key"), (("team", "no way"), "is not a label value")],
+)
+def test_a_label_kubernetes_would_refuse_is_one_line(
+    label: tuple[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        binding(label)
+    assert main(["policy", "--namespace-label", "=".join(label)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _live(doc: dict[str, Any], **spec: object) -> dict[str, Any]:
+    """A generated document as the API server returns it: defaults filled in."""
+    out: dict[str, Any] = yaml.safe_load(yaml.safe_dump(doc))
+    out["metadata"]["uid"] = "u"
+    out["spec"].update(spec)
+    if out["kind"] == "ValidatingAdmissionPolicy":
+        out["spec"]["matchConstraints"].update(namespaceSelector={}, objectSelector={})
+    else:
+        out["spec"]["matchResources"].update(objectSelector={}, matchPolicy="Equivalent")
+    return out
+
+
+LABEL = ("team.example/aibom", "on")
+
+
+def _weakened(change: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    pol: dict[str, Any] | None = _live(policy(REG))
+    bind: dict[str, Any] | None = _live(binding(LABEL))
+    assert pol is not None and bind is not None
+    spec_b, spec_p = bind["spec"], pol["spec"]
+    if change == "audit-only":
+        spec_b["validationActions"] = ["Audit"]
+    elif change == "default-label":
+        spec_b["matchResources"] = binding()["spec"]["matchResources"]
+    elif change == "object-selector":
+        spec_b["matchResources"]["objectSelector"] = {"matchLabels": {"x": "y"}}
+    elif change == "other-policy":
+        spec_b["policyName"] = "something-else"
+    elif change == "policy-condition":
+        spec_p["matchConditions"] = [{"name": "never", "expression": "false"}]
+    elif change == "policy-warn-only":
+        spec_p["failurePolicy"] = "Ignore"
+    elif change == "no-policy":
+        pol = None
+    elif change == "no-binding":
+        bind = None
+    return pol, bind
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ("audit-only", "does not deny"),
+        ("default-label", "does not select exactly the namespaces labelled team.example/aibom=on"),
+        ("object-selector", "does not select exactly"),
+        ("other-policy", "does not select exactly"),
+        ("policy-condition", "is not the one generated from this kind registry"),
+        ("policy-warn-only", "is not the one generated"),
+        ("no-policy", "ValidatingAdmissionPolicy aibom-rollup-provenance does not exist"),
+        ("no-binding", "Binding aibom-rollup-provenance does not exist"),
+    ],
+)
+def test_a_guard_that_is_not_ours_is_not_in_force(change: str, why: str) -> None:
+    """ "Guarded" is what the API server enforces: a binding of the right name that
+    only audits, selects other namespaces or points elsewhere, or a policy someone
+    weakened, guards nothing the documents may claim."""
+    pol, bind = _weakened(change)
+    got = in_force(pol, bind, REG, LABEL)
+    assert got is not None and why in got, got
+
+
+def test_the_guard_as_generated_and_defaulted_is_in_force() -> None:
+    assert in_force(_live(policy(REG)), _live(binding(LABEL)), REG, LABEL) is None
+    # Deny and Audit: still denies.
+    both = _live(binding(LABEL), validationActions=["Deny", "Audit"])
+    assert in_force(_live(policy(REG)), both, REG, LABEL) is None
+    # Generated from another registry: not ours.
+    ray = registry_from_config(RAY_KINDS, source="ray.yaml")
+    assert in_force(_live(policy(ray)), _live(binding(LABEL)), REG, LABEL) is not None
 
 
 def test_render_is_deterministic_yaml_of_the_documents() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from typing import Any
 
@@ -11,9 +13,11 @@ from aibom_core.explain import explanation, traced
 from aibom_core.graph import build_graph
 from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, TargetError, parse_target, resolve_kind
 from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.rollup import MAX_DOCUMENT_BYTES
 from aibom_core.stamp import Keys
 from aibom_rollup import render
 from aibom_rollup.kubectl_aibom import hoist
+from aibom_rollup.sources import readable_docs
 from tests.unit.kobj import mk
 
 REG = default_registry()
@@ -253,3 +257,23 @@ def test_a_carried_unproven_verdict_is_explained_not_overruled() -> None:
     assert "aibom.dev/rollup: carries 'unproven'" in text
     assert "this command cannot re-check it; the carried verdict stands" in text
     assert "a stale stamp" not in text
+
+
+def test_a_listing_leaves_out_a_document_it_cannot_read_and_says_why() -> None:
+    """One ConfigMap labelled as ours that no reader can unpack (a tenant's gzip bomb)
+    is a warning line, not the end of everyone's listing."""
+    bomb = base64.b64encode(gzip.compress(b"\0" * (MAX_DOCUMENT_BYTES + 1))).decode()
+
+    def cm(name: str, **payload: Any) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name}, **payload}
+
+    good = cm("aibom-deployment-web", data={"aibom.json": json.dumps({"bomFormat": "CycloneDX"})})
+    skipped: list[str] = []
+    found = readable_docs(
+        [cm("aibom-deployment-bomb", binaryData={"aibom.json.gz": bomb}), good],
+        prefix="aibom.dev/",
+        skipped=skipped,
+    )
+    assert [d.configmap for d in found] == ["aibom-deployment-web"]
+    (why,) = skipped
+    assert why.startswith("configmap ns/aibom-deployment-bomb: ") and "more than" in why

@@ -260,11 +260,17 @@ def test_webhook_rules_cover_the_registry() -> None:
     assert hooks["tracked.stamp.aibom.dev"] == tracked
     assert hooks["intermediates.stamp.aibom.dev"] == walk_only
     assert {("apps", "replicasets"), ("", "pods")} <= walk_only
+    # Status writes of the built-in kinds whose status strategy keeps annotations
+    # (a custom resource's status write changes nothing but its status).
+    assert hooks["status.stamp.aibom.dev"] == {
+        (g, f"{r}/status") for g, r in tracked | walk_only if g in ("", "apps", "batch")
+    }
     for hook in config["webhooks"]:
+        status = hook["name"] == "status.stamp.aibom.dev"
         for rule in hook["rules"]:
-            assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+            assert set(rule["operations"]) == ({"UPDATE"} if status else {"CREATE", "UPDATE"})
             assert rule["scope"] == "Namespaced"
-            assert not any("/" in r for r in rule["resources"]), "no subresources"
+            assert all(("/" in r) is status for r in rule["resources"]), rule
         selector = hook["namespaceSelector"]["matchExpressions"]
         # Never its own namespace: its own Pods must be admitted while it is down.
         assert {
@@ -319,9 +325,13 @@ def test_annotator_role_reads_what_it_watches() -> None:
     granted = rules_by_resource(only(DOCS, "ClusterRole", ANNOTATOR))
     for res in {*STAMPED, ("", "namespaces"), ("", "configmaps")}:
         assert {"list", "watch"} <= granted.get(res, set()), f"annotator cannot list+watch {res}"
-    # Stamp repair: patch on every kind the webhook stamps.
-    stamped_by_webhook = set().union(
-        *webhook_rule_resources(only(DOCS, "MutatingWebhookConfiguration")).values()
-    )
+    # Stamp repair: patch on every kind the webhook stamps (through the main
+    # resource: the webhook's status rules stamp the same kinds).
+    stamped_by_webhook = {
+        (g, r)
+        for resources in webhook_rule_resources(only(DOCS, "MutatingWebhookConfiguration")).values()
+        for g, r in resources
+        if "/" not in r
+    }
     for res in stamped_by_webhook:
         assert "patch" in granted.get(res, set()), f"annotator cannot repair stamps on {res}"

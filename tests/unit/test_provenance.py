@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,14 @@ import pytest
 from aibom_core.bom import facts_of, render
 from aibom_core.graph import build_graph, key_of
 from aibom_core.kinds import default_registry
-from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
+from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
 from aibom_core.provenance import (
+    CREATED_WITHIN,
+    Origin,
     ProofTrust,
     ProvenanceKeyError,
+    matches_template,
+    origin_of,
     parse_key,
     proof_for,
     verify,
@@ -40,22 +45,53 @@ def proved(obj: Obj, key: bytes = KEY) -> Obj:
     owner = controller_ref(obj)
     assert owner is not None
     where = Keys().proof_key(ref_of(obj).group_kind, owner.group_kind)
-    obj["metadata"].setdefault("annotations", {})[where] = proof_for(key, ref_of(obj), owner)
+    obj["metadata"].setdefault("annotations", {})[where] = proof_for(key, obj, owner)
     return obj
 
 
 # -- the proof ---------------------------------------------------------------------------
 
+OWNER = OwnerRef(api_version="apps/v1", kind="ReplicaSet", name="rs", uid="u")
+CREATED = "2026-01-02T03:04:05Z"
+CREATED_AT = 1767323045  # CREATED in Unix seconds
+
+
+def pod(name: str = "p", *, uid: str = "pod-uid", image: str = "registry.example/app:1") -> Obj:
+    meta = {"name": name, "namespace": "ns", "uid": uid, "creationTimestamp": CREATED}
+    if not uid:
+        del meta["uid"]
+    spec = {"containers": [{"name": "main", "image": image}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _mac(message: bytes) -> str:
+    mac = hmac.new(KEY, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
 
 def test_proof_is_the_contract_hmac() -> None:
-    msg = b"v1\nns\napps\nReplicaSet\nrs-1\nuid-1"
-    mac = hmac.new(KEY, msg, hashlib.sha256).digest()
-    want = "v1:" + base64.urlsafe_b64encode(mac).decode().rstrip("=")
-    child = ObjRef(group="apps", kind="ReplicaSet", namespace="ns", name="rs-1", uid="rs-uid")
+    """docs: v2:<origin>:<anchor>:<mac>, the message naming the object, the owner UID,
+    the origin, the anchor (and the UID it names) and what a Pod runs."""
+    child = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "rs-1", "namespace": "ns", "uid": "rs-uid"},
+    }
     owner = OwnerRef(api_version="apps/v1", kind="Deployment", name="d", uid="uid-1")
-    got = proof_for(KEY, child, owner)
-    assert got == want
+    msg = b"v2\nns\napps\nReplicaSet\nrs-1\nuid-1\nc\nu\nrs-uid\n"
+    assert proof_for(KEY, child, owner) == "v2:c:u:" + _mac(msg)
+    # At a CREATE (no UID yet): bound to the second, and a Pod to what it runs.
+    new = pod(uid="")
+    containers = json.dumps(
+        [["containers", "main", "registry.example/app:1"]], separators=(",", ":")
+    )
+    content = hashlib.sha256(containers.encode()).hexdigest()
+    msg = f"v2\nns\n\nPod\np\nu\nc\nt{CREATED_AT}\n\n{content}".encode()
+    got = proof_for(KEY, new, OWNER, now=CREATED_AT + 0.9)
+    assert got == f"v2:c:t{CREATED_AT}:" + _mac(msg)
     assert "=" not in got
+    with pytest.raises(ValueError, match="needs the time"):
+        proof_for(KEY, new, OWNER)
 
 
 @pytest.mark.parametrize(
@@ -63,19 +99,100 @@ def test_proof_is_the_contract_hmac() -> None:
     [("namespace", False), ("group", False), ("kind", False), ("name", False), ("uid", True)],
 )
 def test_proof_binds_each_field(field: str, of_owner: bool) -> None:
-    child = ObjRef(group="", kind="Pod", namespace="ns", name="p", uid="")
-    owner = OwnerRef(api_version="apps/v1", kind="ReplicaSet", name="rs", uid="u")
+    child, owner = pod(), OWNER
     proof = proof_for(KEY, child, owner)
     assert verify(KEY, proof, child, owner)
+    ref = ref_of(child)
     if of_owner:
         owner = dataclasses.replace(owner, **{field: getattr(owner, field) + "x"})
     else:
-        child = dataclasses.replace(child, **{field: getattr(child, field) + "x"})
-    assert proof_for(KEY, child, owner) != proof
-    assert not verify(KEY, proof, child, owner)
-    assert not verify(b"j" * 32, proof, child, owner)
-    assert not verify(KEY, proof + "A", child, owner)
-    assert not verify(KEY, None, child, owner)
+        ref = dataclasses.replace(ref, **{field: getattr(ref, field) + "x"})
+    assert proof_for(KEY, child, owner, ref=ref) != proof
+    assert not verify(KEY, proof, child, owner, ref=ref)
+    assert not verify(b"j" * 32, proof, child, OWNER)
+    assert not verify(KEY, proof + "A", child, OWNER)
+    assert not verify(KEY, None, child, OWNER)
+    assert not verify(KEY, "v1:" + proof.rpartition(":")[2], child, OWNER)  # the old format
+
+
+def test_a_proof_binds_one_lifetime_of_its_object() -> None:
+    """A Pod re-created under a deleted Pod's name, with the same owner, carrying the
+    old Pod's proof: on UPDATE the proof names the UID; at CREATE (no UID yet) the
+    second it was written, which the namesake's creationTimestamp is too late for."""
+    old = pod(uid="old")
+    namesake = pod(uid="new")
+    assert not verify(KEY, proof_for(KEY, old, OWNER), namesake, OWNER)
+    at_create = proof_for(KEY, pod(uid=""), OWNER, now=CREATED_AT)
+    low, high = CREATED_WITHIN
+    for offset, ok in ((0, True), (high, True), (high + 1, False), (low, True), (low - 1, False)):
+        later = pod(uid="old")
+        stamp = datetime.fromtimestamp(CREATED_AT + offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        later["metadata"]["creationTimestamp"] = stamp
+        assert verify(KEY, at_create, later, OWNER) is ok, offset
+    no_stamp = pod(uid="old")
+    del no_stamp["metadata"]["creationTimestamp"]
+    assert not verify(KEY, at_create, no_stamp, OWNER)
+
+
+def test_a_pods_proof_binds_what_it_runs() -> None:
+    """Its images can be changed in place: a changed image, an added container (an
+    init container too) does not verify; the order of the containers does not count."""
+    two = pod()
+    two["spec"]["containers"].append({"name": "side", "image": "registry.example/side:1"})
+    proof = proof_for(KEY, two, OWNER)
+    swapped = json.loads(json.dumps(two))
+    swapped["spec"]["containers"].reverse()
+    assert verify(KEY, proof, swapped, OWNER)
+    for change in ("image", "added", "init"):
+        other = json.loads(json.dumps(two))
+        if change == "image":
+            other["spec"]["containers"][0]["image"] = "evil.example/x:1"
+        elif change == "added":
+            other["spec"]["containers"].append({"name": "x", "image": "evil.example/x:1"})
+        else:
+            other["spec"]["initContainers"] = [{"name": "x", "image": "evil.example/x:1"}]
+        assert not verify(KEY, proof, other, OWNER), change
+
+
+@pytest.mark.parametrize("origin", list(Origin))
+def test_a_proof_records_how_its_edge_came_to_be(origin: Origin) -> None:
+    child = pod()
+    proof = proof_for(KEY, child, OWNER, origin=origin)
+    assert origin_of(KEY, proof, child, OWNER) is origin
+    forged = proof.replace(
+        f"v2:{origin.value}:", "v2:c:" if origin is not Origin.CONTROLLED else "v2:a:"
+    )
+    assert origin_of(KEY, forged, child, OWNER) is None  # the origin is under the MAC
+    want = Reason.ADOPTED_MISMATCH if origin is Origin.MISMATCH else None
+    assert ProofTrust(key=KEY, keys=Keys())(child, ref_of(child), OWNER) is Reason.UNPROVEN
+    child["metadata"]["annotations"] = {PROOF: proof}
+    assert ProofTrust(key=KEY, keys=Keys())(child, ref_of(child), OWNER) is want
+
+
+@pytest.mark.parametrize(
+    ("owner_kind", "child_kind", "same", "want"),
+    [
+        ("ReplicaSet", "Pod", True, True),
+        ("ReplicaSet", "Pod", False, False),
+        ("StatefulSet", "Pod", False, False),
+        ("DaemonSet", "Pod", True, True),
+        ("Job", "Pod", False, False),
+        ("Deployment", "ReplicaSet", True, True),
+        ("Deployment", "ReplicaSet", False, False),
+        ("Deployment", "Pod", False, None),  # a Deployment makes ReplicaSets, not Pods
+        ("DynamoComponentDeployment", "Pod", False, None),  # no Pod template to compare
+    ],
+)
+def test_an_adopted_child_matches_its_owners_template_or_not(
+    owner_kind: str, child_kind: str, same: bool, want: bool | None
+) -> None:
+    template = {"containers": [{"name": "main", "image": "registry.example/app:1"}]}
+    owner = mk(owner_kind, "o", spec={"template": {"spec": template}})
+    image = "registry.example/app:1" if same else "evil.example/visitor:1"
+    runs = {"containers": [{"name": "main", "image": image}]}
+    spec = runs if child_kind == "Pod" else {"template": {"spec": runs}}
+    child = mk(child_kind, "c", owner, spec=spec)
+    assert matches_template(child, owner) is want
 
 
 def test_key_file_forms() -> None:
@@ -102,14 +219,12 @@ def test_a_proof_copied_onto_a_forged_object_gains_nothing() -> None:
     assert trust(elsewhere, ref_of(elsewhere), controller_ref(elsewhere)) is Reason.UNPROVEN  # type: ignore[arg-type]
 
 
-def test_no_key_proves_nothing_but_a_guarded_namespace_proves_everything() -> None:
+def test_no_key_proves_nothing() -> None:
     rs = mk("ReplicaSet", "rs")
     pod = proved(mk("Pod", "p", rs))
     ref, owner = ref_of(pod), controller_ref(pod)
     assert owner is not None
     assert ProofTrust(key=None, keys=Keys())(pod, ref, owner) is Reason.UNPROVEN
-    guarded = ProofTrust(key=None, keys=Keys(), guarded=lambda ns: ns == "ns")
-    assert guarded(mk("Pod", "q", rs), ref_of(mk("Pod", "q", rs)), owner) is None
 
 
 # -- the walk with edge trust: the rule's table ----------------------------------------------

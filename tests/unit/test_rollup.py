@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import tracemalloc
 from dataclasses import dataclass
 
 import pytest
@@ -9,7 +12,15 @@ import pytest
 from aibom_core.graph import build_graph
 from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.objects import Obj
-from aibom_core.rollup import MAX_NAME, configmap_name, inventory
+from aibom_core.rollup import (
+    DATA_KEY_GZ,
+    MAX_DOCUMENT_BYTES,
+    MAX_NAME,
+    PackedDocumentError,
+    configmap_name,
+    inventory,
+    unpack,
+)
 from aibom_core.walk import Reason
 from tests.unit.kobj import chain, dynamo_graph, mk
 
@@ -314,3 +325,35 @@ def test_inventory_equals_incremental_root_entries(index: int) -> None:
     incremental = [e for k in graph if (e := root_entry(graph, k)) is not None]
     incremental.sort(key=lambda e: (e.ref.namespace, e.ref.kind, e.ref.name, e.ref.uid))
     assert inventory(graph) == incremental
+
+
+def _packed(data: bytes) -> dict[str, dict[str, str]]:
+    return {"binaryData": {DATA_KEY_GZ: base64.b64encode(gzip.compress(data)).decode()}}
+
+
+def test_unpack_expands_a_gzip_bomb_in_bounded_memory() -> None:
+    """1 MiB of gzip can expand a thousandfold: the one reader of a document's payload
+    (kubectl aibom, verify, the tests) stops at MAX_DOCUMENT_BYTES, with a reason."""
+    bomb = _packed(b"\0" * (MAX_DOCUMENT_BYTES + (16 << 20)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(PackedDocumentError, match="decompresses to more than"):
+            unpack(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= MAX_DOCUMENT_BYTES + (4 << 20), peak  # one step, and the payload itself
+    assert unpack(_packed(b"{}")) == b"{}"
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("not base64!", "is not base64"),
+        (base64.b64encode(b"not gzip").decode(), "is not gzip"),
+        (base64.b64encode(gzip.compress(b"{}" * 1000)[:-20]).decode(), "cut short"),
+    ],
+)
+def test_unpack_says_what_is_wrong_with_a_payload(payload: str, message: str) -> None:
+    with pytest.raises(PackedDocumentError, match=message):
+        unpack({"binaryData": {DATA_KEY_GZ: payload}})

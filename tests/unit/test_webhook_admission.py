@@ -95,7 +95,11 @@ def test_parse_reads_what_the_webhook_needs() -> None:
         "p",
     )
     assert r.sub_resource == "status" and r.obj == obj and r.old_obj == obj
-    assert not r.stampable  # a subresource write is never stamped
+    # A status write may change annotations (our keys included): stamped. Other
+    # subresources cannot: never.
+    assert r.stampable
+    doc["request"]["subResource"] = "scale"
+    assert not parse_review(body(doc)).stampable
 
 
 def test_delete_has_no_object_and_is_not_stampable() -> None:

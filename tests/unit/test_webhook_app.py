@@ -87,8 +87,10 @@ async def test_wrong_content_type_is_415(hook: Hook) -> None:
     assert status == 415 and "application/json" in text
 
 
-async def test_oversized_body_is_413_and_the_limit_is_above_two_3mib_objects(hook: Hook) -> None:
-    assert MAX_BODY >= 2 * 3 * (1 << 20)
+async def test_a_body_over_the_limit_with_no_review_in_its_first_bytes_is_413(hook: Hook) -> None:
+    # A review over the limit is answered from its first bytes (test_webhook_body.py);
+    # one with no object metadata there cannot be.
+    assert MAX_BODY >= 2 * 6 * 3 * (1 << 20)
     status, text = await hook.post(b"{" + b" " * MAX_BODY + b"}")
     assert status == 413 and str(MAX_BODY) in text
     assert hook.sample("aibom_webhook_bad_requests_total", {"status": "413"}) == 1
@@ -112,9 +114,17 @@ async def test_delete_and_connect_are_allowed_unpatched(hook: Hook, operation: s
     assert status == 200 and doc["response"] == {"uid": "u9", "allowed": True}
 
 
-async def test_subresource_and_unknown_kinds_are_skipped(hook: Hook) -> None:
-    pod = mk("Pod", "p")
-    status, doc = await hook.post(review(pod, operation="UPDATE", old=pod, sub_resource="status"))
+async def test_status_writes_are_stamped_other_subresources_and_unknown_kinds_skipped(
+    hook: Hook,
+) -> None:
+    """A pods/status write may change annotations (our keys included): stamped, with
+    the stored ownerReferences (the status strategy puts them back); scale cannot."""
+    pod = mk("Pod", "p", annotations={"aibom.dev/rollup": "rolled-up"})
+    moved = mk("Pod", "p", mk("ReplicaSet", "rs"), annotations={"aibom.dev/rollup": "rolled-up"})
+    status, doc = await hook.post(review(moved, operation="UPDATE", old=pod, sub_resource="status"))
+    assert status == 200 and _stamped(moved, doc) == {"aibom.dev/rollup": "uncovered"}
+    assert hook.source.gets["ReplicaSet"] == 0  # walked from the Pod's stored references
+    status, doc = await hook.post(review(pod, operation="UPDATE", old=pod, sub_resource="scale"))
     assert status == 200 and "patch" not in doc["response"]
     status, doc = await hook.post(review(mk("ConfigMap", "c")))
     assert status == 200 and "patch" not in doc["response"]

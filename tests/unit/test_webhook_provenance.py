@@ -6,26 +6,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aibom_core.kinds import default_registry
-from aibom_core.objects import Obj, OwnerRef, controller_ref, ref_of
-from aibom_core.provenance import proof_for, verify
+from aibom_core.objects import Obj, OwnerRef, controller_ref
+from aibom_core.provenance import Origin, origin_of, proof_for, verify
 from aibom_core.stamp import Keys
+from aibom_core.walk import Reason
 from tests.unit.kobj import mk
-from tests.unit.webhook_fakes import MemorySource, apply_patch, review, serving_files
+from tests.unit.webhook_fakes import MemorySource, apply_patch, review
 from webhook.admission import parse_review
 from webhook.app import Admitter
-from webhook.main import Server
 from webhook.metrics import Metrics
 from webhook.provenance import (
     EdgeChecker,
     FinalizersAttributes,
-    GuardCache,
     Provenance,
     SarCache,
     UserInfo,
@@ -33,9 +30,10 @@ from webhook.provenance import (
     review_body,
 )
 from webhook.resolver import OwnerCache, Resolver
-from webhook.tls import CertReloader
 
 KEY = b"q" * 32
+WALL = 1_767_323_045.3  # the webhook's clock at a CREATE, and the second stored:
+CREATED = "2026-01-02T03:04:05Z"
 KEYS = Keys()
 REG = default_registry()
 OWNER = OwnerRef(api_version="apps/v1", kind="ReplicaSet", name="rs", uid="u-rs")
@@ -44,9 +42,6 @@ CONTROLLER = UserInfo(
     username="system:serviceaccount:kube-system:replicaset-controller",
     groups=("system:serviceaccounts",),
 )
-
-
-OPTED_IN = {"aibom.dev/enabled": "true"}
 
 
 class Clock:
@@ -60,26 +55,15 @@ class Clock:
 class FakeApi:
     """Answers reviews from a set of allowed usernames; counts every request."""
 
-    def __init__(
-        self,
-        allowed: set[str],
-        *,
-        guarded: bool = False,
-        labels: Mapping[str, str] | None = OPTED_IN,
-    ) -> None:
+    def __init__(self, allowed: set[str]) -> None:
         self.allowed = allowed
         self.reviews: list[dict[str, Any]] = []
         self.fail: BaseException | None = None
         self.delay = 0.0
-        self.guarded = guarded  # the binding exists
-        self.labels = labels  # the namespace's (None: no such namespace)
-        self.labels_of: dict[str, Mapping[str, str] | None] = {}  # other namespaces'
-        self.namespace_fail: BaseException | None = None
-        self.binding_fail: BaseException | None = None
-        self.gets = 0
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
-        return {"ReplicaSet": "replicasets", "Deployment": "deployments"}.get(owner.kind)
+        resources = {"ReplicaSet": "replicasets", "Deployment": "deployments"}
+        return {**resources, "StatefulSet": "statefulsets"}.get(owner.kind)
 
     async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
         self.reviews.append(body)
@@ -88,18 +72,6 @@ class FakeApi:
         if self.fail is not None:
             raise self.fail
         return str(body["spec"]["user"]) in self.allowed
-
-    async def namespace_labels(self, name: str, *, timeout: float) -> Mapping[str, str] | None:
-        self.gets += 1
-        if self.namespace_fail is not None:
-            raise self.namespace_fail
-        return self.labels_of.get(name, self.labels)
-
-    async def binding_exists(self, name: str, *, timeout: float) -> bool:
-        self.gets += 1
-        if self.binding_fail is not None:
-            raise self.binding_fail
-        return self.guarded
 
 
 # -- the cache -----------------------------------------------------------------------------
@@ -216,10 +188,10 @@ def _admitter(api: FakeApi, source: MemorySource, *, key: bytes | None = KEY) ->
     resolver = Resolver(source, registry=REG, deadline=0.5, cache=OwnerCache(ttl=0))
     prov = Provenance(
         EdgeChecker(api, cache=SarCache(ttl=10)),
-        GuardCache(api),
         key=key,
         keys=KEYS,
         check_budget=0.25,
+        wall=lambda: WALL,
     )
     return Admitter(resolver=resolver, registry=REG, keys=KEYS, metrics=Metrics(), provenance=prov)
 
@@ -229,7 +201,7 @@ def _chain() -> tuple[Obj, Obj]:
     rs = mk("ReplicaSet", "rs", dep, uid="u-rs")
     owner = controller_ref(rs)
     assert owner is not None
-    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, ref_of(rs), owner)}
+    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, rs, owner)}
     return dep, rs
 
 
@@ -240,7 +212,10 @@ async def _admit(
     doc["request"]["userInfo"] = {"username": user}
     resp, _ = await adm.admit(parse_review(json.dumps(doc).encode()))
     ops = json.loads(base64.b64decode(resp["patch"])) if "patch" in resp else []
-    return apply_patch(obj, ops)
+    stored = apply_patch(obj, ops)
+    if operation == "CREATE":  # as the API server stores it, after admission
+        stored["metadata"]["creationTimestamp"] = CREATED
+    return stored
 
 
 async def test_forged_edge_is_stamped_unproven_and_a_copied_proof_removed() -> None:
@@ -251,7 +226,7 @@ async def test_forged_edge_is_stamped_unproven_and_a_copied_proof_removed() -> N
     ann = legit["metadata"]["annotations"]
     assert ann["aibom.dev/rollup"] == "rolled-up"
     assert ann["aibom.dev/root"] == "Deployment/d"
-    assert verify(KEY, ann[KEYS.edge_proof], ref_of(legit), controller_ref(legit))  # type: ignore[arg-type]
+    assert verify(KEY, ann[KEYS.edge_proof], legit, controller_ref(legit))  # type: ignore[arg-type]
     # The tenant copies the legitimate Pod's stamp and proof onto its own Pod.
     forged = mk("Pod", "forged", rs, annotations=dict(ann))
     out = (await _admit(adm, forged, "alice"))["metadata"]["annotations"]
@@ -282,7 +257,7 @@ async def test_generate_name_gets_the_name_the_proof_binds() -> None:
     name = out["metadata"]["name"]
     assert name.startswith("rs-") and len(name) == 8
     proof = out["metadata"]["annotations"][KEYS.edge_proof]
-    assert verify(KEY, proof, ref_of(out), controller_ref(out))  # type: ignore[arg-type]
+    assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
 
 
 async def test_update_keeping_the_reference_is_not_rechecked() -> None:
@@ -328,7 +303,7 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     dep = mk("Deployment", "d", dgd)
     dep_owner = controller_ref(dep)
     assert dep_owner is not None
-    copied = proof_for(KEY, ref_of(dep), dep_owner)
+    copied = proof_for(KEY, dep, dep_owner)
     dep["metadata"]["annotations"] = {KEYS.edge_proof: copied}
     api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dgd, dep]))
@@ -338,7 +313,7 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     assert ann[KEYS.edge_proof] == copied  # the copy is left alone
     owner = controller_ref(out)
     assert owner is not None
-    assert verify(KEY, ann[KEYS.replicaset_edge_proof], ref_of(out), owner)
+    assert verify(KEY, ann[KEYS.replicaset_edge_proof], out, owner)
     assert (
         ann["aibom.dev/rollup"] == "rolled-up"
         and ann["aibom.dev/root"] == "DynamoGraphDeployment/g"
@@ -348,36 +323,32 @@ async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> Non
     assert again == out
 
 
-async def test_deeper_hop_needs_a_proof_or_a_guarded_namespace() -> None:
-    dep = mk("Deployment", "d")
-    rs = mk("ReplicaSet", "rs", dep, uid="u-rs")  # no proof: admitted while the webhook was down
+async def test_a_deeper_hop_needs_its_proof_whatever_the_namespace() -> None:
+    """The hop above a Pod counts only with its own proof: a guarded namespace proves
+    nothing the guard did not check (and the webhook does not ask whether it is
+    guarded: no namespace or binding is read)."""
+    dep, rs = _unproven_above()  # no proof: admitted while the webhook was down
     api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dep, rs]))
-    out = (await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username))["metadata"]["annotations"]
-    assert out["aibom.dev/rollup"] == "unproven"
-    assert out["aibom.dev/rollup-reason"] == "Unproven apps/Deployment/d"
-    # The Pod's own edge was proven: it keeps its proof.
-    assert KEYS.edge_proof in out
-    guarded = FakeApi({CONTROLLER.username}, guarded=True)
-    adm = _admitter(guarded, MemorySource([dep, rs]))
     for name in ("p", "q"):
         out = (await _admit(adm, mk("Pod", name, rs), CONTROLLER.username))["metadata"][
             "annotations"
         ]
-        assert out["aibom.dev/rollup"] == "rolled-up"
-    assert guarded.gets == 2  # namespace + binding, once each (cached)
-
-
-# -- the guarded-namespace decision (GuardCache) ---------------------------------------------
-
-OPTED_OUT = {**OPTED_IN, "aibom.dev/provenance-guard": "disabled"}
+        assert out["aibom.dev/rollup"] == "unproven"
+        assert out["aibom.dev/rollup-reason"] == "Unproven apps/Deployment/d"
+        # The Pod's own edge was proven: it keeps its proof.
+        assert KEYS.edge_proof in out
+    # With its proof, the same hop counts.
+    _, proven_rs = _chain()
+    adm = _admitter(api, MemorySource([dep, proven_rs]))
+    assert await _rollup(adm, "r", proven_rs) == ("rolled-up", None)
 
 
 def _unproven_above(ns: str = "ns") -> tuple[Obj, Obj]:
     """A Deployment and its ReplicaSet without a proof (admitted while the webhook was
     down): a Pod's own edge to the ReplicaSet is proven, the hop above is not."""
     dep = mk("Deployment", "d", ns=ns)
-    return dep, mk("ReplicaSet", "rs", dep, ns=ns, uid=f"u-rs-{ns}")
+    return dep, mk("ReplicaSet", "rs", dep, ns=ns, uid="u-rs")
 
 
 async def _rollup(adm: Admitter, name: str, rs: Obj) -> tuple[str, str | None]:
@@ -388,87 +359,21 @@ async def _rollup(adm: Admitter, name: str, rs: Obj) -> tuple[str, str | None]:
     return ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")
 
 
-@pytest.mark.parametrize(
-    ("labels", "trusted"),
-    [
-        (OPTED_IN, True),
-        (OPTED_OUT, False),
-        ({}, False),
-        ({"aibom.dev/enabled": "false"}, False),
-        (None, False),
-    ],
-    ids=["opted-in", "opted-out", "no-opt-in", "opt-in-false", "no-namespace"],
-)
-async def test_a_deeper_hop_counts_only_in_an_opted_in_namespace_without_the_opt_out(
-    labels: Mapping[str, str] | None, trusted: bool
-) -> None:
-    """Guarded = opted in AND not `provenance-guard=disabled` AND the binding exists.
-    The binding exists in every case here: the labels alone decide."""
-    dep, rs = _unproven_above()
-    warm_dep, warm_rs = _unproven_above("warm")
-    api = FakeApi({CONTROLLER.username}, guarded=True, labels=labels)
-    api.labels_of["warm"] = OPTED_IN
-    adm = _admitter(api, MemorySource([dep, rs, warm_dep, warm_rs]))
-    # A guarded namespace first: the binding's answer is cached from then on.
-    assert await _rollup(adm, "w", warm_rs) == ("rolled-up", None)
-    want = ("rolled-up", None) if trusted else ("unproven", "Unproven apps/Deployment/d")
-    # The first Pod asks for the labels, the second is answered from the cache.
-    assert [await _rollup(adm, name, rs) for name in ("p", "q")] == [want, want]
-
-
-@pytest.mark.parametrize("failing", ["namespace", "binding"])
-async def test_a_failed_guard_lookup_is_not_guarded_and_not_cached(failing: str) -> None:
-    dep, rs = _unproven_above()
-    api = FakeApi({CONTROLLER.username}, guarded=True)
-    setattr(api, f"{failing}_fail", RuntimeError("503 Service Unavailable"))
-    adm = _admitter(api, MemorySource([dep, rs]))
-    unproven = ("unproven", "Unproven apps/Deployment/d")
-    assert await _rollup(adm, "p", rs) == unproven
-    gets = api.gets
-    assert await _rollup(adm, "q", rs) == unproven
-    assert api.gets == gets + 1  # the failed GET is made again, not answered from a cache
-    setattr(api, f"{failing}_fail", None)
-    assert await _rollup(adm, "r", rs) == ("rolled-up", None)
-
-
-async def test_a_custom_namespace_label_is_the_opt_in(tmp_path: Path) -> None:
-    """`--namespace-label team.example/aibom=on` (the Server's `opt_in`): that label
-    opts a namespace in, the default one no longer does, the opt-out still applies."""
-    serving_files(tmp_path)
-    custom = {"team.example/aibom": "on"}
-    for labels, guarded in (
-        (custom, True),
-        (OPTED_IN, False),
-        ({**custom, "aibom.dev/provenance-guard": "disabled"}, False),
-    ):
-        server = Server(
-            source=MemorySource(),
-            registry=REG,
-            keys=KEYS,
-            reloader=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
-            host="127.0.0.1",
-            port=0,
-            provenance_source=FakeApi(set(), guarded=True, labels=labels),
-            opt_in=("team.example/aibom", "on"),
-        )
-        assert server.provenance is not None and server.provenance.guard is not None
-        assert await server.provenance.guard.guarded("ns", timeout=1) is guarded, labels
-
-
 async def test_without_a_key_no_proof_is_written_and_user_proofs_are_removed() -> None:
-    dep, rs = _chain()
-    adm = _admitter(FakeApi({CONTROLLER.username}, guarded=True), MemorySource([dep, rs]), key=None)
-    pod = mk("Pod", "p", rs, annotations={KEYS.edge_proof: "v1:forged"})
+    sts = mk("StatefulSet", "s")  # the root: no hop above, which no key could prove
+    adm = _admitter(FakeApi({CONTROLLER.username}), MemorySource([sts]), key=None)
+    pod = mk("Pod", "p", sts, annotations={KEYS.edge_proof: "v1:forged"})
     out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]["annotations"]
     assert out["aibom.dev/rollup"] == "rolled-up"
     assert KEYS.edge_proof not in out
 
 
 async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_stamp() -> None:
-    """No key, so no proof: the stamp oldObject carries is the verdict of a kept edge."""
-    dep, rs = _chain()
-    api = FakeApi({CONTROLLER.username}, guarded=True)  # the hops above count
-    adm = _admitter(api, MemorySource([dep, rs]), key=None)
+    """No key, so no proof: the stamp oldObject carries is the verdict of a kept edge.
+    (No hop above can be proven without a key either: the owner here is the root.)"""
+    rs = mk("StatefulSet", "rs", uid="u-rs")
+    api = FakeApi({CONTROLLER.username})
+    adm = _admitter(api, MemorySource([rs]), key=None)
     legit = await _admit(adm, mk("Pod", "legit", rs), CONTROLLER.username)
     assert legit["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
     reviews = len(api.reviews)
@@ -477,7 +382,7 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     relabelled["metadata"]["labels"] = {"x": "y"}
     out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=legit))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "rolled-up"
-    assert out["annotations"]["aibom.dev/root"] == "Deployment/d"
+    assert out["annotations"]["aibom.dev/root"] == "StatefulSet/rs"
     assert len(api.reviews) == reviews  # not re-checked
     # alice's own Pod is unproven; an UPDATE keeping the reference, with the legit
     # Pod's stamp written into it, leaves it unproven.
@@ -488,8 +393,7 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     again["metadata"]["annotations"] = dict(legit["metadata"]["annotations"])
     out = (await _admit(adm, again, "alice", operation="UPDATE", old=forged))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "unproven"
-    assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/rs"
-    assert "aibom.dev/root" not in out["annotations"]
+    assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/StatefulSet/rs"
     assert len(api.reviews) == reviews + 1  # no review for the UPDATE
 
 
@@ -498,26 +402,29 @@ async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unprove
     key: bytes | None,
 ) -> None:
     """The Pod's own edge was proven at CREATE; only the hop above was not (the
-    binding GET failed: not guarded). Its stamp then says `unproven`, naming that
-    hop. An UPDATE keeping the reference carries the own edge as proven, with a
-    key (its proof) and without one (the stamp's reason names another hop), so
-    once the namespace reads as guarded the Pod rolls up, with no new review."""
+    ReplicaSet was admitted while the webhook was down). Its stamp says `unproven`,
+    naming that hop. An UPDATE keeping the reference carries the own edge as
+    proven, with a key (its proof) and without one (the stamp's reason names
+    another hop), with no new review: with a key, once the ReplicaSet carries its
+    proof, the Pod rolls up; without one, the reason still names the hop above."""
     dep, rs = _unproven_above()
-    api = FakeApi({CONTROLLER.username}, guarded=True)
-    api.binding_fail = RuntimeError("503 Service Unavailable")
+    api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dep, rs]), key=key)
     pod = await _admit(adm, mk("Pod", "p", rs), CONTROLLER.username)
     ann = pod["metadata"]["annotations"]
-    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == (
-        "unproven",
-        "Unproven apps/Deployment/d",
-    )
-    api.binding_fail = None
+    hop_above = ("unproven", "Unproven apps/Deployment/d")
+    assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == hop_above
+    _, proven_rs = _chain()
+    adm = _admitter(api, MemorySource([dep, proven_rs]), key=key)
     reviews = len(api.reviews)
     relabelled = json.loads(json.dumps(pod))
     relabelled["metadata"]["labels"] = {"x": "y"}
-    out = await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
-    assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod))["metadata"]
+    got = (
+        out["annotations"]["aibom.dev/rollup"],
+        out["annotations"].get("aibom.dev/rollup-reason"),
+    )
+    assert got == (("rolled-up", None) if key else hop_above)
     assert len(api.reviews) == reviews
 
 
@@ -532,3 +439,135 @@ async def test_proof_patch_applies_with_or_without_an_annotation_map(
         pod["metadata"].pop("annotations", None)
     out = (await _admit(adm, pod, CONTROLLER.username))["metadata"]["annotations"]
     assert out["aibom.dev/rollup"] == "rolled-up" and KEYS.edge_proof in out
+
+
+# -- adoption and content ----------------------------------------------------------------------
+
+
+def _templated(image: str = "registry.example/app:1") -> tuple[Obj, Obj]:
+    """A Deployment and its ReplicaSet (with its proof), whose template runs `image`."""
+    dep = mk("Deployment", "d")
+    template = {"spec": {"containers": [{"name": "main", "image": image}]}}
+    rs = mk("ReplicaSet", "rs", dep, uid="u-rs", spec={"template": template})
+    owner = controller_ref(rs)
+    assert owner is not None
+    rs["metadata"]["annotations"] = {KEYS.replicaset_edge_proof: proof_for(KEY, rs, owner)}
+    return dep, rs
+
+
+def _bare(name: str, image: str) -> Obj:
+    """A Pod without an owner, as a tenant creates it (labelled like the template's)."""
+    return mk("Pod", name, spec={"containers": [{"name": "main", "image": image}]})
+
+
+def _adopt(pod: Obj, rs: Obj) -> Obj:
+    """The ReplicaSet controller's adoption: the same Pod with its controller reference."""
+    adopted: Obj = json.loads(json.dumps(pod))
+    adopted["metadata"]["ownerReferences"] = mk("Pod", "x", rs)["metadata"]["ownerReferences"]
+    return adopted
+
+
+def _with_owners(api: FakeApi, source: MemorySource) -> Admitter:
+    adm = _admitter(api, source)
+    assert adm._provenance is not None
+    adm._provenance.owners = source  # the owner whole: its Pod template
+    return adm
+
+
+@pytest.mark.parametrize(
+    ("image", "want", "result"),
+    [
+        ("registry.example/app:1", ("rolled-up", None), "matching"),
+        ("evil.example/visitor:1", ("unproven", "AdoptedMismatch apps/ReplicaSet/rs"), "mismatch"),
+    ],
+)
+async def test_an_adoption_is_proven_and_says_whether_the_pod_is_the_template(
+    image: str, want: tuple[str, str | None], result: str
+) -> None:
+    """The ReplicaSet controller adopts a tenant's bare Pod labelled like its own: the
+    edge is the controller's (it may control the owner), the content is the
+    tenant's. Its proof records whether the Pod runs the template."""
+    dep, rs = _templated()
+    api = FakeApi({CONTROLLER.username})
+    adm = _with_owners(api, MemorySource([dep, rs]))
+    bare = await _admit(adm, _bare("visitor", image), "alice")
+    assert bare["metadata"]["annotations"]["aibom.dev/rollup"] == "uncovered"
+    out = await _admit(adm, _adopt(bare, rs), CONTROLLER.username, operation="UPDATE", old=bare)
+    ann = out["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")) == want
+    owner = controller_ref(out)
+    assert owner is not None
+    origin = origin_of(KEY, ann[KEYS.edge_proof], out, owner)
+    assert origin is (Origin.ADOPTED if result == "matching" else Origin.MISMATCH)
+    assert adm._metrics.adoptions.labels(result)._value.get() == 1
+    # Its next UPDATE keeps the edge and the verdict, with no new review.
+    reviews = len(api.reviews)
+    again = json.loads(json.dumps(out))
+    again["metadata"]["labels"] = {"touched": "yes"}
+    kept = await _admit(adm, again, "alice", operation="UPDATE", old=out)
+    ann = kept["metadata"]["annotations"]
+    assert (ann["aibom.dev/rollup"], ann.get("aibom.dev/rollup-reason")) == want
+    assert len(api.reviews) == reviews
+
+
+async def test_an_adoption_whose_template_cannot_be_read_is_unchecked() -> None:
+    dep, rs = _templated()
+    source = MemorySource([dep, rs])
+    adm = _with_owners(FakeApi({CONTROLLER.username}), source)
+    bare = await _admit(adm, _bare("visitor", "registry.example/app:1"), "alice")
+    source.fail["ReplicaSet"] = Reason.TIMEOUT  # for the template read (and the walk)
+    out = await _admit(adm, _adopt(bare, rs), CONTROLLER.username, operation="UPDATE", old=bare)
+    ann = out["metadata"]["annotations"]
+    assert ann["aibom.dev/rollup-reason"] == "Unchecked apps/ReplicaSet/rs"
+    assert KEYS.edge_proof not in ann
+
+
+@pytest.mark.parametrize("who", ["alice", CONTROLLER.username])
+async def test_an_image_changed_under_a_kept_edge_is_checked_as_a_new_edge(who: str) -> None:
+    """A Pod's image can be changed in place. Changed by someone who may not control
+    the owner (a tenant who may patch Pods), the Pod is not its controller's any
+    more: unproven, its proof removed. By someone who may: proven again."""
+    dep, rs = _templated()
+    api = FakeApi({CONTROLLER.username})
+    adm = _with_owners(api, MemorySource([dep, rs]))
+    made = mk(
+        "Pod", "p", rs, spec={"containers": [{"name": "main", "image": "registry.example/app:1"}]}
+    )
+    pod = await _admit(adm, made, CONTROLLER.username)
+    assert pod["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
+    swapped = json.loads(json.dumps(pod))
+    swapped["spec"]["containers"][0]["image"] = "evil.example/swap:1"
+    out = await _admit(adm, swapped, who, operation="UPDATE", old=pod)
+    ann = out["metadata"]["annotations"]
+    if who == "alice":
+        assert ann["aibom.dev/rollup-reason"] == "Unproven apps/ReplicaSet/rs"
+        assert KEYS.edge_proof not in ann
+    else:
+        assert ann["aibom.dev/rollup"] == "rolled-up"
+        assert verify(KEY, ann[KEYS.edge_proof], out, controller_ref(out))  # type: ignore[arg-type]
+    # The same image, the order of the containers aside: nothing to check.
+    reviews = len(api.reviews)
+    relabelled = json.loads(json.dumps(pod))
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod)
+    assert len(api.reviews) == reviews
+
+
+async def test_a_create_binds_the_proof_to_the_second_it_was_answered() -> None:
+    """At a CREATE the object has no UID yet (one in the request is replaced after
+    admission): the proof names the second the webhook answered, which the API
+    server's creationTimestamp will be close to."""
+    dep, rs = _templated()
+    adm = _with_owners(FakeApi({CONTROLLER.username}), MemorySource([dep, rs]))
+    assert adm._provenance is not None
+    adm._provenance.wall = lambda: 1_767_323_045.7
+    for uid in (None, "chosen-by-the-requester"):
+        made = mk("Pod", "p", rs, uid=uid or "")
+        if uid is None:
+            del made["metadata"]["uid"]
+        out = await _admit(adm, made, CONTROLLER.username)
+        proof = out["metadata"]["annotations"][KEYS.edge_proof]
+        assert proof.startswith("v2:c:t1767323045:")
+        out["metadata"]["uid"] = "assigned-by-the-api-server"
+        out["metadata"]["creationTimestamp"] = "2026-01-02T03:04:06Z"
+        assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
