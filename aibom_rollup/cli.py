@@ -751,7 +751,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         f"{OPT_IN_LABEL}={OPT_IN_VALUE} (unless labelled {OPT_OUT_LABEL}={OPT_OUT_VALUE}), the API "
         "server refuses a CREATE or UPDATE that adds or changes a controller ownerReference "
         "to a kind of the registry unless the requester may update that owner's "
-        "<resource>/finalizers. Give the same --kinds FILE as the webhook and the annotator "
+        "<resource>/finalizers or the owner itself. Give the same --kinds FILE as the "
+        "webhook and the annotator "
         "(an entry's `resource:` names its plural when the guess, lowercased kind + s, is "
         f"wrong). The shipped copy is {SHIPPED_PATH}; see docs/provenance-guard.md.",
     )
