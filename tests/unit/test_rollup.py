@@ -152,14 +152,24 @@ CASES = [
         },
     ),
     Case(
-        "Grove direct clique: Grove kinds never listed",
+        "Grove direct clique: the PodCliqueSet listed, its PodCliques never",
         _grove(False),
-        {"DynamoGraphDeployment/g": ("root", [], ["g-0-w-abc"])},
+        {"DynamoGraphDeployment/g": ("root", ["PodCliqueSet/g"], ["g-0-w-abc"])},
     ),
     Case(
-        "Grove scaling group",
+        "Grove scaling group: nor its scaling groups",
         _grove(True),
-        {"DynamoGraphDeployment/g": ("root", [], ["g-0-sg-0-w-abc"])},
+        {"DynamoGraphDeployment/g": ("root", ["PodCliqueSet/g"], ["g-0-sg-0-w-abc"])},
+    ),
+    Case(
+        "Grove alone: a PodCliqueSet a user applied is a root",
+        chain(
+            "PodCliqueSet/g",
+            "PodCliqueScalingGroup/g-0-sg",
+            "PodClique/g-0-sg-0-w",
+            "Pod/g-0-sg-0-w-abc",
+        ),
+        {"PodCliqueSet/g": ("root", [], ["g-0-sg-0-w-abc"])},
     ),
     Case(
         "NIMService -> Deployment and -> LWS",
