@@ -7,10 +7,11 @@ commit df888f68, 2026-04-21), else the source tree ``dynamo-operator-src/``
 beside the checkout (the proxy here refuses it), with one small patch kept in
 ``tests/controlplane/patches/dynamo-namespace-from-env.patch`` (out of cluster
 it reads its namespace from ``POD_NAMESPACE``, as its Deployment sets it, where
-a Pod has a file: the patch says why); three modules the proxy refuses
+a Pod has a file: the patch says why); three modules the proxy may refuse
 (``emperror.dev/errors``, ``volcano.sh/apis``,
 ``github.com/ai-dynamo/grove/operator/api``) come from ``go-deps/`` through
-``replace`` directives of a copy of its go.mod (``-modfile=``).
+``replace`` directives of a copy of its go.mod (``-modfile=``) where it does
+(here it serves them at the versions go.mod requires).
 
 The build also renders the release, ``release.yaml``: every CRD of
 ``deploy/operator/config/crd/bases`` (v1alpha1 DynamoGraphDeployment and
