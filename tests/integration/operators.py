@@ -15,14 +15,18 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from aibom_core.objects import Obj
-from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, shared_dir
+from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules, shared_dir
+from tests.integration.kubelet import Kubelet
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
+    StartWebhook,
     Webhook,
     docs,
     document,
@@ -165,7 +169,8 @@ def scene(
 ) -> Iterator[Scene]:  # fmt: skip
     """Opt `ns` in (the guard's label and the test annotator's), opted out of the
     guard unless `guarded`; once the webhook stamps there, run our annotator as
-    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped."""
+    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped,
+    and the played kubelet."""
     labels = ["aibom.dev/enabled=true", f"{LABEL_KEY}={ns}", *([] if guarded else [OPT_OUT])]
     kubectl("label", "namespace", ns, *labels, "--overwrite")
     wait_registered(kubectl, ns)
@@ -175,10 +180,36 @@ def scene(
     annotator = Annotator(kubeconfig, workdir, ns, identity=user, args=key).start()
     try:
         annotator.wait_ready().wait_leading()
-        yield Scene(cp, kubectl, ns, guarded, workdir)
+        with Kubelet(cp, ns) as kubelet:
+            yield Scene(cp, kubectl, ns, guarded, workdir)
+        assert not kubelet.errors, kubelet.errors
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()
+
+
+def runs_as(
+    kubectl: Kubectl, operator: Component, *, namespace: str, service_account: str, binding: str
+) -> Callable[..., bool]:
+    """Check that `operator` runs as its ServiceAccount (its own token, not an admin),
+    bound by the release's ClusterRoleBinding `binding`; return `can(verb, resource,
+    *args)`: what `kubectl auth can-i` answers for it (in `default`)."""
+    user = f"system:serviceaccount:{namespace}:{service_account}"
+    assert operator.user == user
+    out = kubectl("auth", "whoami", "-o", "json", kubeconfig=operator.kubeconfig).stdout
+    info = json.loads(out)["status"]["userInfo"]
+    assert info["username"] == user
+    assert "system:masters" not in info.get("groups", [])
+    bound = json.loads(kubectl("get", "clusterrolebinding", binding, "-o", "json").stdout)
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+    assert subject in bound["subjects"]
+
+    def can(verb: str, resource: str, *args: str) -> bool:
+        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
+                      kubeconfig=operator.kubeconfig, check=False)  # fmt: skip
+        return out.stdout.strip() == "yes"
+
+    return can
 
 
 @dataclass
@@ -279,3 +310,35 @@ def wait_documents(s: Scene, pods: dict[str, set[str]]) -> dict[str, Obj]:
     for name, doc in found.items():
         assert FORGED_IMAGE.rsplit(":", 1)[0] not in json.dumps(doc), name
     return found
+
+
+def fixtures(name: str) -> tuple[Any, Any, Any, Any]:
+    """The fixtures of a real operator's test module, assigned there as
+    ``operator, webhook, guard, s = fixtures("<component>")``: `operator` (the
+    running component, module), `webhook` (ours as shipped, module), `guard` (the
+    shipped guard, module) and `s` (a Scene per test, guarded, then unguarded)."""
+
+    @pytest.fixture(scope="module")
+    def operator(components: dict[str, Component]) -> Component:
+        return components[name]
+
+    @pytest.fixture(scope="module")
+    def webhook(operator: Component, start_webhook: StartWebhook) -> Webhook:
+        return start_webhook(user=f"aibom-webhook-{name}", name=f"aibom-rollup-{name}-test")
+
+    @pytest.fixture(scope="module")
+    def guard(kubectl: Kubectl) -> Iterator[None]:
+        with guard_installed(kubectl):
+            yield
+
+    @pytest.fixture(params=["guarded", "unguarded"])
+    def s(
+        request: pytest.FixtureRequest, control_plane: ControlPlane, kubectl: Kubectl, *,
+        webhook: Webhook, guard: None, namespace: str, tmp_path: Path,
+    ) -> Iterator[Scene]:  # fmt: skip
+        guarded = request.param == "guarded"
+        with scene(control_plane, kubectl, namespace, guarded=guarded, webhook=webhook,
+                   workdir=tmp_path, user=f"aibom-annotator-{name}") as made:  # fmt: skip
+            yield made
+
+    return operator, webhook, guard, s

@@ -21,8 +21,6 @@ Roll-up and forgery run in a guarded and in an unguarded namespace
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,26 +34,24 @@ from tests.controlplane.components.dynamo import (
     NAMESPACE,
     SERVICE_ACCOUNT,
     WEBHOOKS,
-    Dynamo,
     built_source_facts,
     operator_configuration,
     release,
 )
-from tests.integration.kubelet import Kubelet
 from tests.integration.operators import (
     Scene,
     apply_all,
     controller_of,
     edge,
     example,
+    fixtures,
     forge_into,
-    guard_installed,
     listed,
-    scene,
+    runs_as,
     wait_documents,
     wait_pods,
 )
-from tests.integration.support import StartWebhook, Webhook, docs, get, items, owned, stamp
+from tests.integration.support import docs, get, items, owned, stamp
 
 pytestmark = [pytest.mark.integration, pytest.mark.components("dynamo")]
 
@@ -112,63 +108,24 @@ def graph_of(pod: Obj) -> str:
 
 # -- fixtures -----------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def dynamo(components: dict[str, Component]) -> Dynamo:
-    operator = components["dynamo"]
-    assert isinstance(operator, Dynamo)
-    return operator
-
-
-@pytest.fixture(scope="module")
-def webhook(dynamo: Dynamo, start_webhook: StartWebhook) -> Webhook:
-    return start_webhook(user="aibom-webhook-dynamo", name="aibom-rollup-dynamo-test")
-
-
-@pytest.fixture(scope="module")
-def guard(kubectl: Kubectl) -> Iterator[None]:
-    with guard_installed(kubectl):
-        yield
-
-
-@pytest.fixture(params=["guarded", "unguarded"])
-def s(
-    request: pytest.FixtureRequest, control_plane: ControlPlane, kubectl: Kubectl, *,
-    webhook: Webhook, guard: None, namespace: str, tmp_path: Path,
-) -> Iterator[Scene]:  # fmt: skip
-    """A namespace for our webhook and annotator, guarded or not, with a played kubelet."""
-    guarded = request.param == "guarded"
-    with (
-        scene(control_plane, kubectl, namespace, guarded=guarded, webhook=webhook,
-              workdir=tmp_path, user="aibom-annotator-dynamo") as made,
-        Kubelet(control_plane, namespace) as kubelet,
-    ):  # fmt: skip
-        yield made
-    assert not kubelet.errors, kubelet.errors
+operator, webhook, guard, s = fixtures("dynamo")
 
 
 # -- the operator itself ------------------------------------------------------------------
 
 
 def test_operator_runs_as_its_service_account_with_its_release_rbac(
-    kubectl: Kubectl, dynamo: Dynamo
+    kubectl: Kubectl, operator: Component
 ) -> None:
-    user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-    assert dynamo.user == user
-    who = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=dynamo.kubeconfig).stdout)
-    assert who["status"]["userInfo"]["username"] == user
-    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
+    can = runs_as(
+        kubectl, operator, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
+        binding="dynamo-kubernetes-operator-manager-rolebinding",
+    )  # fmt: skip
     # The ClusterRole of config/rbac/role.yaml, plus exactly the rules it lacks.
     (shipped,) = [d for d in release() if d["kind"] == "ClusterRole"
                   and d["metadata"]["name"] == CLUSTER_ROLE]  # fmt: skip
     live = json.loads(kubectl("get", "clusterrole", CLUSTER_ROLE, "-o", "json").stdout)
     assert live["rules"] == [*shipped["rules"], *MISSING_RULES]
-
-    def can(verb: str, resource: str, *args: str) -> bool:
-        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
-                      kubeconfig=dynamo.kubeconfig, check=False)  # fmt: skip
-        return out.stdout.strip() == "yes"
-
     for resource in ("dynamographdeployments", "dynamocomponentdeployments"):
         assert can("update", f"{resource}.nvidia.com", "--subresource=finalizers"), resource
     assert can("create", "podcliquesets.grove.io")
@@ -196,7 +153,7 @@ def test_what_is_spelled_out_from_the_chart_matches_the_operator_source() -> Non
 
 
 def test_graphs_make_the_real_shapes(
-    control_plane: ControlPlane, kubectl: Kubectl, dynamo: Dynamo, namespace: str
+    control_plane: ControlPlane, kubectl: Kubectl, operator: Component, namespace: str
 ) -> None:
     """In a namespace we do not watch: what Dynamo (and Grove under it) make of the
     sample, each link a controller reference with blockOwnerDeletion

@@ -18,8 +18,6 @@ namespace and every Pod was ``unproven`` in the other.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,24 +29,23 @@ from tests.controlplane.components.grove import (
     COMMIT,
     NAMESPACE,
     SERVICE_ACCOUNT,
-    Grove,
 )
 from tests.controlplane.gobuild import ensure
-from tests.integration.kubelet import Kubelet, digest_of
+from tests.integration.kubelet import digest_of
 from tests.integration.operators import (
     Scene,
     apply_all,
     controller_of,
     edge,
     example,
+    fixtures,
     forge_into,
-    guard_installed,
     live_pods,
-    scene,
+    runs_as,
     wait_documents,
     wait_pods,
 )
-from tests.integration.support import StartWebhook, Webhook, docs, get, items, stamp
+from tests.integration.support import docs, get, items, stamp
 
 pytestmark = [pytest.mark.integration, pytest.mark.components("grove")]
 
@@ -79,62 +76,24 @@ def root_of(pod: Obj) -> str:
 
 # -- fixtures -----------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def grove(components: dict[str, Component]) -> Grove:
-    operator = components["grove"]
-    assert isinstance(operator, Grove)
-    return operator
-
-
-@pytest.fixture(scope="module")
-def webhook(grove: Grove, start_webhook: StartWebhook) -> Webhook:
-    return start_webhook(user="aibom-webhook-grove", name="aibom-rollup-grove-test")
-
-
-@pytest.fixture(scope="module")
-def guard(kubectl: Kubectl) -> Iterator[None]:
-    with guard_installed(kubectl):
-        yield
-
-
-@pytest.fixture(params=["guarded", "unguarded"])
-def s(
-    request: pytest.FixtureRequest, control_plane: ControlPlane, kubectl: Kubectl, *,
-    webhook: Webhook, guard: None, namespace: str, tmp_path: Path,
-) -> Iterator[Scene]:  # fmt: skip
-    """A namespace for our webhook and annotator, guarded or not, with a played kubelet."""
-    guarded = request.param == "guarded"
-    with (
-        scene(control_plane, kubectl, namespace, guarded=guarded, webhook=webhook,
-              workdir=tmp_path, user="aibom-annotator-grove") as made,
-        Kubelet(control_plane, namespace) as kubelet,
-    ):  # fmt: skip
-        yield made
-    assert not kubelet.errors, kubelet.errors
+operator, webhook, guard, s = fixtures("grove")
 
 
 # -- the operator itself ------------------------------------------------------------------
 
 
 def test_operator_runs_as_its_service_account_with_its_release_rbac(
-    kubectl: Kubectl, grove: Grove
+    kubectl: Kubectl, operator: Component
 ) -> None:
-    user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-    assert grove.user == user
-    who = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=grove.kubeconfig).stdout)
-    assert who["status"]["userInfo"]["username"] == user
-    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
+    can = runs_as(
+        kubectl,
+        operator,
+        namespace=NAMESPACE,
+        service_account=SERVICE_ACCOUNT,
+        binding=CLUSTER_ROLE,
+    )
     binding = json.loads(kubectl("get", "clusterrolebinding", CLUSTER_ROLE, "-o", "json").stdout)
     assert binding["roleRef"]["name"] == CLUSTER_ROLE
-    subject = {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-    assert subject in binding["subjects"]
-
-    def can(verb: str, resource: str, *args: str) -> bool:
-        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
-                      kubeconfig=grove.kubeconfig, check=False)  # fmt: skip
-        return out.stdout.strip() == "yes"
-
     # Why the provenance rule counts update on the owner: Grove holds it, and no finalizers.
     for resource in ("podcliquesets", "podcliquescalinggroups", "podcliques"):
         assert can("update", f"{resource}.grove.io"), resource
@@ -147,7 +106,7 @@ def test_operator_runs_as_its_service_account_with_its_release_rbac(
 
 
 def test_samples_make_grove_shapes(
-    control_plane: ControlPlane, kubectl: Kubectl, grove: Grove, namespace: str
+    control_plane: ControlPlane, kubectl: Kubectl, operator: Component, namespace: str
 ) -> None:
     """Grove's own samples, in a namespace we do not watch: the shapes the operator
     makes, each link a controller reference with blockOwnerDeletion (controller-runtime's

@@ -28,6 +28,7 @@ from tests.controlplane.components.lws import SERVICE_ACCOUNT as LWS_SERVICE_ACC
 from tests.controlplane.components.lws import VERSION as LWS_VERSION
 from tests.controlplane.components.lws import Lws
 from tests.integration.kubelet import Kubelet, digest_of
+from tests.integration.operators import reported_pods
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -147,16 +148,6 @@ def wait_document(
                         f" (last: {last[0]}; documents: {sorted(docs(cp, ns))})")  # fmt: skip
         time.sleep(0.5)
     return found
-
-
-def reported_pods(doc: Obj) -> set[str]:
-    """The Pods whose status reported a digest in the document (its pod-status evidence)."""
-    return {
-        prop["value"].split("#", 1)[0].removeprefix("Pod/")
-        for comp in doc.get("components", [])
-        for prop in comp.get("properties", [])
-        if prop["name"] == "aibom.evidence.pod-status"
-    }
 
 
 def covers(pod_names: set[str], statefulsets: set[str]) -> Callable[[Obj, str], bool]:

@@ -375,6 +375,4 @@ class Dynamo(Component):
 
     def workers(self) -> bool:
         """Its graph and component controllers logged ``Starting workers``."""
-        text = self.log_path.read_text(errors="replace")
-        started = set(re.findall(r'Starting workers.*?"controller":\s*"([A-Za-z-]+)"', text))
-        return {"DynamoGraphDeployment", "DynamoComponentDeployment"} <= started
+        return self.controllers_started() >= {"DynamoGraphDeployment", "DynamoComponentDeployment"}

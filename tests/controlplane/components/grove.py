@@ -35,7 +35,6 @@ mutating webhook, and the three workload controllers started their workers.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, Final
@@ -250,6 +249,4 @@ class Grove(Component):
 
     def workers(self) -> bool:
         """Its three workload controllers logged ``Starting workers``."""
-        text = self.log_path.read_text(errors="replace")
-        started = set(re.findall(r'"Starting workers".*?"controller":\s*"([a-z-]+)"', text))
-        return started >= CONTROLLERS
+        return self.controllers_started() >= CONTROLLERS
