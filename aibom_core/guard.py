@@ -1,9 +1,15 @@
 """The provenance guard: a ValidatingAdmissionPolicy generated from the kind registry.
 
 The rule: a controller ownerReference is an edge of the roll-up only if
-whoever set it may `update` the owner's `finalizers` subresource, the check
-Kubernetes' OwnerReferencesPermissionEnforcement applies to
-`blockOwnerDeletion`, and a permission every real controller holds. The guard
+whoever set it may control the owner: `update` on the owner's `finalizers`
+subresource (the check Kubernetes' OwnerReferencesPermissionEnforcement
+applies to `blockOwnerDeletion`, held by Kubernetes' own controllers and by
+operators whose RBAC comes from kubebuilder markers), or `update` on the owner
+object itself (what an operator needs to manage what it owns; Grove's release
+ClusterRole grants that and no `*/finalizers`). Whoever may update the owner
+can already make it produce any child (its template is theirs to write), so
+admitting their edge gains a forger nothing; a tenant who may only create Pods
+(and read workloads) holds neither and stays out. The guard
 enforces it inside the API server (CEL, `authorizer`), so it holds while the
 webhook is down. It needs, for every owner kind, the plural resource to ask the
 authorizer about: that mapping is generated here from the registry (never kept
@@ -108,11 +114,20 @@ _ADDED = "variables.controllers.filter(c, !(c in variables.previous))"
 
 _CHECKED = "variables.added.filter(c, (c.group + '/' + c.kind) in variables.owners)"
 
+# Finalizers first: what Kubernetes' own controllers hold (the StatefulSet
+# controller may update statefulsets/finalizers but not statefulsets); the
+# owner itself second. At most two authorizer checks (one controller reference).
 _VALIDATION = (
     "variables.checked.all(c,\n"
     "  authorizer.group(c.group)\n"
     "    .resource(variables.owners[c.group + '/' + c.kind])\n"
     "    .subresource('finalizers')\n"
+    "    .namespace(request.namespace)\n"
+    "    .name(c.name)\n"
+    "    .check('update')\n"
+    "    .allowed()\n"
+    "  || authorizer.group(c.group)\n"
+    "    .resource(variables.owners[c.group + '/' + c.kind])\n"
     "    .namespace(request.namespace)\n"
     "    .name(c.name)\n"
     "    .check('update')\n"
@@ -128,7 +143,9 @@ _MESSAGE = (
     "+ '/' + variables.checked[0].kind + '/' + variables.checked[0].name\n"
     "+ ' (uid ' + variables.checked[0].uid + '): that needs update on '\n"
     "+ variables.owners[variables.checked[0].group + '/' + variables.checked[0].kind]\n"
-    "+ '/finalizers (API group \"' + variables.checked[0].group + '\") of that object in '\n"
+    "+ '/finalizers or on '\n"
+    "+ variables.owners[variables.checked[0].group + '/' + variables.checked[0].kind]\n"
+    "+ ' itself (API group \"' + variables.checked[0].group + '\") of that object in '\n"
     "+ 'namespace ' + request.namespace + ', which its real controller holds. Refused by '\n"
     f"+ 'ValidatingAdmissionPolicy {POLICY_NAME}: forged ownership must not enter an AIBOM.'"
 )
@@ -291,14 +308,16 @@ _HEADER = f"""\
 # The provenance guard (docs/provenance-guard.md). A CREATE or UPDATE that
 # adds or changes a controller ownerReference to a kind of the registry is
 # refused unless the requester may `update` the owner's `finalizers`
-# subresource (API group of the reference's apiVersion, the kind's plural
-# resource below, the request's namespace, the reference's name): the check
-# OwnerReferencesPermissionEnforcement applies to blockOwnerDeletion, a
-# permission every real controller holds.
+# subresource or the owner itself (API group of the reference's apiVersion,
+# the kind's plural resource below, the request's namespace, the reference's
+# name): the first is the check OwnerReferencesPermissionEnforcement applies
+# to blockOwnerDeletion, the second what an operator that manages the owner
+# holds (Grove grants no */finalizers). A tenant who may only create Pods has
+# neither.
 # - In the API server (CEL): it holds while the webhook is down.
 # - failurePolicy Fail: an evaluation error refuses. The expressions are
-#   linear in the number of ownerReferences and make at most one authorizer
-#   check (one controller reference per object), far below the CEL cost limit.
+#   linear in the number of ownerReferences and make at most two authorizer
+#   checks (one controller reference per object), far below the CEL cost limit.
 # - An UPDATE that keeps its controller reference (same group, kind, name,
 #   uid) is not re-checked; removing one (orphaning, garbage collection) never is.
 # - Owner kinds not in the registry are not checked: the roll-up never follows

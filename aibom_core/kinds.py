@@ -69,13 +69,16 @@ tracked:
   - {group: nvidia.com, kind: DynamoComponentDeployment}
   - {group: apps.nvidia.com, kind: NIMService}
   - {group: leaderworkerset.x-k8s.io, kind: LeaderWorkerSet}
+  # Grove's own API: what a user applies (Grove's samples) and what a Dynamo
+  # graph on the Grove provider makes; its PodCliques and scaling groups are
+  # always the operator's (walkOnly below).
+  - {group: grove.io, kind: PodCliqueSet}
   # KServe v1beta1: a root of its own (predictor model, storageUri, runtime),
   # and under a NIMService with inferencePlatform: kserve.
   - {group: serving.kserve.io, kind: InferenceService}
 walkOnly:
   - {group: apps, kind: ReplicaSet}
   - {group: "", kind: Pod}
-  - {group: grove.io, kind: PodCliqueSet}
   - {group: grove.io, kind: PodCliqueScalingGroup}
   - {group: grove.io, kind: PodClique}
   # Chains the design does not list but real clusters have (docs/architecture.md):

@@ -3,7 +3,8 @@
 The rule: a controller ownerReference (child -> owner) is an edge of the
 roll-up only if whoever added or changed it may `update` the owner's
 `finalizers` subresource (what OwnerReferencesPermissionEnforcement checks for
-`blockOwnerDeletion`). Only the webhook sees who wrote an edge (the admission
+`blockOwnerDeletion`) or the owner itself (an operator managing it; the
+reasons are in `aibom_core.guard`). Only the webhook sees who wrote an edge (the admission
 request's userInfo); it checks the rule with a SubjectAccessReview and records
 its verdict as the `edge-proof` annotation:
 

@@ -56,7 +56,7 @@ _WHY = {
     Reason.CYCLE.value: "the ownerReferences form a cycle",
     Reason.TIMEOUT.value: "the API server did not answer in time",
     Reason.UNPROVEN.value: "nobody proved that whoever set this controller reference may "
-    "update the owner's finalizers (the provenance rule): the edge is not followed",
+    "update the owner or its finalizers (the provenance rule): the edge is not followed",
     Reason.UNCHECKED.value: "the provenance check itself failed (SubjectAccessReview error "
     "or timeout): the edge is not followed",
 }

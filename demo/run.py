@@ -1,15 +1,16 @@
 """`make demo`: the product working on a local, real control plane.
 
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
-   kube-controller-manager and the real LeaderWorkerSet controller
-   (tests/controlplane, `up --with lws`), or reuses the running one;
+   kube-controller-manager and the real LeaderWorkerSet, Grove and Dynamo
+   operators (tests/controlplane, `up --with lws,grove,dynamo`), or reuses the
+   running one;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
-4. plays the operators whose modules are not served here (Dynamo, NIM):
-   creates their children with controller ownerReferences; the LWS chain is
-   made by the real LWS controller, and Kubernetes' own controllers create
-   ReplicaSets, StatefulSet Pods and Job Pods;
+4. plays the operator that does not run here (NIM): creates its children with
+   controller ownerReferences; the LWS, Dynamo and Grove chains are made by
+   their real operators, and Kubernetes' own controllers create ReplicaSets,
+   StatefulSet Pods and Job Pods;
 5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
    resolve; that is all it does to Pods;
 6. prints the stamps as `kubectl get -o yaml` shows them, the roll-up tree
@@ -39,6 +40,8 @@ sys.path.insert(0, str(REPO))
 from tests.controlplane import cache_dir, child_env, owner_reference  # noqa: E402
 
 NS = "aibom-demo"
+#: The real components the demo runs (`up --with`); Dynamo requires Grove.
+COMPONENTS = ("lws", "grove", "dynamo")
 STATE = Path(os.environ.get("AIBOM_DEMO_DIR") or cache_dir() / "demo")
 UP_DIR = Path(os.environ.get("AIBOM_UP_DIR") or cache_dir() / "up")
 WEBHOOK_PORT = int(os.environ.get("AIBOM_DEMO_WEBHOOK_PORT", "18443"))
@@ -92,10 +95,11 @@ class Cluster:
 def control_plane() -> Cluster:
     step(
         "control plane (etcd, kube-apiserver, kube-controller-manager) and the real"
-        " LeaderWorkerSet controller from tests/controlplane (first run: builds them, with progress)"
+        " LeaderWorkerSet, Grove and Dynamo operators from tests/controlplane (first run:"
+        " builds them, with progress)"
     )
     up = subprocess.run(
-        [PY, "-m", "tests.controlplane", "up", "--with", "lws",
+        [PY, "-m", "tests.controlplane", "up", "--with", ",".join(COMPONENTS),
          "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
         cwd=REPO, check=False,
     )  # fmt: skip
@@ -245,8 +249,13 @@ CHAINS = (
      " -> worker Pods", "the LWS controller (sigs.k8s.io/lws) with Kubernetes' StatefulSet controller"),
     ("real", "Deployment -> ReplicaSet -> Pod, StatefulSet -> Pod, Job -> Pod",
      "Kubernetes' own controllers (kube-controller-manager)"),
-    ("played", "DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
-     "this script (the Dynamo operator's module is not served here)"),
+    ("real", "DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
+     "the Dynamo operator (ai-dynamo/dynamo deploy/operator, built from source), then"
+     " kube-controller-manager"),
+    ("real", "DynamoGraphDeployment -> PodCliqueSet -> PodClique -> Pods",
+     "the Dynamo operator, then the Grove operator (ai-dynamo/grove, built from source)"),
+    ("real", "PodCliqueSet -> PodCliqueScalingGroup -> PodClique -> Pods",
+     "the Grove operator"),
     ("played", "NIMService -> Deployment",
      "this script (the NIM operator's module is not served here)"),
     ("played", "CronJob -> Job", "this script (kubectl create job --from; the cronjob"
@@ -256,27 +265,10 @@ CHAINS = (
 
 
 def operators(cluster: Cluster) -> None:
-    step("play the operators that cannot run here (Dynamo, NIM) and a CronJob's Job")
-    dgd = cluster.get("dynamographdeployment", "vllm-agg")
-    assert dgd is not None
-    for comp in dgd["spec"]["components"]:
-        name = f"vllm-agg-{comp['name'].lower()}"
-        cluster.apply({
-            "apiVersion": "nvidia.com/v1alpha1",
-            "kind": "DynamoComponentDeployment",
-            "metadata": {"name": name, "ownerReferences": _owner(dgd),
-                         "labels": {"nvidia.com/dynamo-graph-deployment-name": "vllm-agg"}},
-            "spec": {"componentType": comp["type"], "replicas": comp.get("replicas", 1),
-                     "extraPodSpec": {"mainContainer": comp["podTemplate"]["spec"]["containers"][0]}},
-        })  # fmt: skip
-        dcd = cluster.get("dynamocomponentdeployment", name)
-        assert dcd is not None
-        cluster.apply(_deployment(name, dcd, comp["podTemplate"], comp.get("replicas", 1)))
-        print(
-            f"  DynamoGraphDeployment/vllm-agg -> DynamoComponentDeployment/{name} -> Deployment/{name}"
-        )
-
-    print("  LeaderWorkerSet/vllm: not played; the real LWS controller makes its chain")
+    step("play the operator that cannot run here (NIM) and a CronJob's Job")
+    print("  not played: LeaderWorkerSet/vllm (the LWS controller), DynamoGraphDeployment/vllm-agg"
+          " and vllm-disagg (the Dynamo operator; Grove under vllm-disagg), PodCliqueSet/prefill"
+          " (the Grove operator)")  # fmt: skip
 
     nim = cluster.get("nimservice", "meta-llama-3-2-1b-instruct")
     assert nim is not None
@@ -301,7 +293,10 @@ def _digest(image: str) -> str:
 def kubelet(cluster: Cluster, timeout: float = 90) -> None:
     step("act as the kubelet: report Pods running, with the image digests they pulled")
     expected = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
-                "meta-llama-3-2-1b-instruct", "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
+                "vllm-disagg-0-frontend", "vllm-disagg-0-vllmdecodeworker",
+                "vllm-disagg-0-vllmprefillworker", "prefill-0-prefill-0-pleader",
+                "prefill-0-prefill-0-pworker", "meta-llama-3-2-1b-instruct",
+                "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
     deadline = time.monotonic() + timeout
     done: set[str] = set()
     while True:
@@ -339,6 +334,8 @@ def kubelet(cluster: Cluster, timeout: float = 90) -> None:
 
 EXPECTED_DOCS = {
     "aibom-dynamographdeployment-vllm-agg",
+    "aibom-dynamographdeployment-vllm-disagg",
+    "aibom-podcliqueset-prefill",
     "aibom-leaderworkerset-vllm",
     "aibom-nimservice-meta-llama-3-2-1b-instruct",
     "aibom-cronjob-nightly-eval",
@@ -348,14 +345,12 @@ EXPECTED_DOCS = {
 
 def show(cluster: Cluster, timeout: float = 60) -> None:
     step("the stamps, as `kubectl get -o yaml` shows them (its metadata, as printed)")
-    vllm_pod = next(
-        p["metadata"]["name"]
-        for p in json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
-        if p["metadata"]["name"].startswith("vllm-agg-vllmdecodeworker-")
-    )
+    vllm_pod = _decode_worker_pod(cluster)
+    worker = json.loads(cluster.kubectl("get", "deployments", "-n", NS, "-l", DECODE_WORKER,
+                                        "-o", "json"))["items"][0]["metadata"]["name"]  # fmt: skip
     for kind, name in [
         ("dynamographdeployment", "vllm-agg"),
-        ("deployment", "vllm-agg-vllmdecodeworker"),
+        ("deployment", worker),
         ("pod", vllm_pod),
         ("pod", "debug-shell"),
     ]:
@@ -380,7 +375,7 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
         )
 
     step("the roll-up tree: kubectl get ... -o json | aibom-rollup tree (the offline mode)")
-    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice"
+    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice,pcs,pcsg,pclq"
     dump = cluster.kubectl("get", kinds, "-n", NS, "-o", "json")
     (STATE / "dump.json").write_text(dump)
     print(subprocess.run([PY, "-m", "aibom_rollup", "tree", "-"], input=dump, capture_output=True,
@@ -432,16 +427,23 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
     print(f"--- documents of rolled-up children: {children or 'none (each child is on its root)'}")
 
 
+#: The labels the Dynamo operator gives what it makes for a graph, and for the graph
+#: vllm-agg's decode worker (and its Pods).
+GRAPH_LABEL = "nvidia.com/dynamo-graph-deployment-name"
+DECODE_WORKER = f"{GRAPH_LABEL}=vllm-agg,nvidia.com/dynamo-component=VllmDecodeWorker"
+
+
+def _decode_worker_pod(cluster: Cluster) -> str:
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-l", DECODE_WORKER, "-o", "json"))
+    name: str = sorted(p["metadata"]["name"] for p in pods["items"])[0]
+    return name
+
+
 def plugin(cluster: Cluster) -> None:
     """`kubectl aibom`, the installed plugin, found by the real kubectl on PATH."""
     env = dict(cluster.env)
     env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
-    pod = next(
-        (p["metadata"]["name"] for p in json.loads(cluster.kubectl(
-            "get", "pods", "-n", NS, "-l", "app.kubernetes.io/instance=vllm-agg-vllmdecodeworker", "-o", "json"
-        ))["items"]),
-        None,
-    )  # fmt: skip
+    pod = _decode_worker_pod(cluster)
     for args in (["tree", "dgd/vllm-agg"], ["explain", f"pod/{pod}"] if pod else [], ["get"]):
         if not args:
             continue
@@ -454,12 +456,22 @@ def plugin(cluster: Cluster) -> None:
 
 
 def chains(cluster: Cluster) -> None:
-    step("who made what: the LWS chain as its real controller made it, and what is played")
-    lws_objs = json.loads(cluster.kubectl(
-        "get", "statefulsets,pods", "-n", NS, "-l", "leaderworkerset.sigs.k8s.io/name=vllm",
-        "-o", "json", "--show-managed-fields",
-    ))["items"]  # fmt: skip
-    for obj in sorted(lws_objs, key=lambda o: (o["kind"], o["metadata"]["name"])):
+    step("who made what: the LWS, Dynamo and Grove chains as their real operators made"
+         " them (controller reference, field managers), and what is played")  # fmt: skip
+    made = [
+        o
+        for kinds, select in (
+            ("statefulsets,pods", "-l=leaderworkerset.sigs.k8s.io/name=vllm"),
+            ("dynamocomponentdeployments,deployments", f"-l={GRAPH_LABEL}=vllm-agg"),
+            ("podcliquesets", "--field-selector=metadata.name=vllm-disagg"),
+            ("podcliques", f"-l={GRAPH_LABEL}=vllm-disagg"),
+            ("podcliquescalinggroups,podcliques", "-l=app.kubernetes.io/part-of=prefill"),
+        )
+        for o in json.loads(cluster.kubectl(
+            "get", kinds, "-n", NS, select, "-o", "json", "--show-managed-fields",
+        ))["items"]
+    ]  # fmt: skip
+    for obj in made:
         refs = obj["metadata"].get("ownerReferences", [])
         ctrl = next((f"{r['kind']}/{r['name']}" for r in refs if r.get("controller")), "-")
         managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])

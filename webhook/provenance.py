@@ -5,7 +5,11 @@ SubjectAccessReview built from the admission request's `userInfo` (username,
 uid, groups, extra), whether that identity may `update` the owner's
 `finalizers` subresource (group of the reference's apiVersion, the owner
 kind's plural resource, the child's namespace, the reference's name): the
-check OwnerReferencesPermissionEnforcement applies to `blockOwnerDeletion`.
+check OwnerReferencesPermissionEnforcement applies to `blockOwnerDeletion`;
+and, when that is denied, whether it may `update` the owner itself (an
+operator that manages the owner: Grove grants no `*/finalizers`). Either
+proves the edge, as in the guard's policy (`aibom_core.guard`); a tenant who
+may only create Pods has neither.
 
 - Verdicts are cached per (identity, owner group/resource/namespace/name) for
   a short TTL (`SarCache`; 0 turns it off): a ReplicaSet controller creating
@@ -110,27 +114,36 @@ class UserInfo:
 
 @dataclass(frozen=True, slots=True)
 class FinalizersAttributes:
-    """`update` on `<group>/<resource>/finalizers` of `namespace/name`."""
+    """`update` on `<group>/<resource>/finalizers` of `namespace/name` (or, with
+    `subresource=""`, on the owner itself)."""
 
     group: str
     resource: str
     namespace: str
     name: str
+    subresource: str = "finalizers"
+
+
+#: What proves an edge, in the order asked: the owner's finalizers, then the owner.
+PROVING_SUBRESOURCES = ("finalizers", "")
 
 
 def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
     """The SubjectAccessReview (authorization.k8s.io/v1) the webhook POSTs."""
+    resource = {
+        "verb": "update",
+        "group": attrs.group,
+        "resource": attrs.resource,
+        "subresource": attrs.subresource,
+        "namespace": attrs.namespace,
+        "name": attrs.name,
+    }
+    if not attrs.subresource:
+        del resource["subresource"]
     spec: dict[str, Any] = {
         "user": user.username,
         "groups": list(user.groups),
-        "resourceAttributes": {
-            "verb": "update",
-            "group": attrs.group,
-            "resource": attrs.resource,
-            "subresource": "finalizers",
-            "namespace": attrs.namespace,
-            "name": attrs.name,
-        },
+        "resourceAttributes": resource,
     }
     if user.uid:
         spec["uid"] = user.uid
@@ -249,10 +262,17 @@ class EdgeChecker:
     async def _review(
         self, key: CacheKey, user: UserInfo, attrs: FinalizersAttributes, timeout: float
     ) -> bool:
+        """Allowed when the identity may update the owner's finalizers or, failing
+        that, the owner itself (a second review only after a denial)."""
         try:
-            allowed = await self._reviewer.access_review(review_body(user, attrs), timeout=timeout)
-            self.cache.put(key, allowed)
-            return allowed
+            async with asyncio.timeout(timeout):
+                for subresource in PROVING_SUBRESOURCES:
+                    body = review_body(user, dataclasses.replace(attrs, subresource=subresource))
+                    if await self._reviewer.access_review(body, timeout=timeout):
+                        self.cache.put(key, True)
+                        return True
+            self.cache.put(key, False)
+            return False
         finally:
             self._in_flight.pop(key, None)
 

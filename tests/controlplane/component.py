@@ -25,6 +25,7 @@ a,b`` starts them for the demo and by hand. The benches use the same calls.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -163,6 +164,12 @@ class Component:
             hooks.append(doc)
             self.webhook_configurations.append((doc["kind"], doc["metadata"]["name"]))
         return hooks
+
+    def controllers_started(self) -> set[str]:
+        """The controllers that logged controller-runtime's ``Starting workers`` (JSON or
+        console log lines: the ``"controller"`` value of the same line)."""
+        text = self.log_path.read_text(errors="replace")
+        return set(re.findall(r'Starting workers.*?"controller":\s*"([^"]+)"', text))
 
     def began(self) -> float:
         return time.monotonic()

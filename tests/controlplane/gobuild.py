@@ -61,7 +61,8 @@ class SourceTree:
     is the folder of the main module inside the tree (``.`` for its root).
     ``patch`` (a unified diff, ``-p1`` from the tree's root) is applied to the
     copy; ``replaces`` (module -> folder under the upstream source dir) become
-    ``replace`` directives of a copy of its go.mod (``-modfile=``); ``vendor``
+    ``replace`` directives of a copy of its go.mod (``-modfile=``), each only
+    where the proxy refuses that module at the version go.mod requires; ``vendor``
     builds from the tree's own ``vendor/`` (no proxy at all).
     """
 
@@ -424,6 +425,13 @@ def _locate(relative: str) -> Path:
     raise BuildError(f"{relative} not found under {', '.join(map(str, upstream_source_dirs()))}")
 
 
+def _served(gomod: str, module: str) -> bool:
+    """Whether the proxy serves `module` at the version go.mod requires (then no
+    ``replace`` is needed: a machine with no source trees builds from the proxy)."""
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", gomod, re.MULTILINE)
+    return found is not None and _download(module, found.group(1)) is not None
+
+
 def _prepare_source(source: SourceTree, work: Path) -> tuple[Path, list[str]]:
     """Copy the tree into ``work``, patch it, write the modfile; return (cwd, go args)."""
     shutil.rmtree(work, ignore_errors=True)
@@ -453,10 +461,12 @@ def _prepare_source(source: SourceTree, work: Path) -> tuple[Path, list[str]]:
         if res.returncode != 0:
             raise BuildError(f"patch {source.patch.name} does not apply: {res.stderr.strip()}")
     extra: list[str] = []
-    if source.replaces:
+    gomod = (main / "go.mod").read_text()
+    refused = {mod: rel for mod, rel in source.replaces.items() if not _served(gomod, mod)}
+    if refused:
         modfile = main / "go.aibom.mod"
-        lines = [(main / "go.mod").read_text()]
-        lines += [f"replace {mod} => {_locate(rel)}\n" for mod, rel in source.replaces.items()]
+        lines = [gomod]
+        lines += [f"replace {mod} => {_locate(rel)}\n" for mod, rel in refused.items()]
         modfile.write_text("".join(lines))
         shutil.copyfile(main / "go.sum", main / "go.aibom.sum")
         extra = [f"-modfile={modfile}"]

@@ -116,8 +116,14 @@ def test_grove_direct_clique_digest_reaches_the_graph_and_label_is_no_authority(
     )
     text = json.dumps(document(cm))
     assert digest("tenant") not in text
-    assert owned(document(cm)) == []  # Grove kinds are walk-only: never listed
-    assert set(docs(control_plane, ns)) == {"aibom-dynamographdeployment-g"}
+    # The PodCliqueSet is listed (tracked); PodCliques are walk-only: never listed.
+    assert owned(document(cm)) == ["PodCliqueSet/g-0"]
+    # The foreign PodCliqueSet is a root of its own: the tenant's Pod is its.
+    other = wait_doc(control_plane, ns, "aibom-podcliqueset-other", containing=(digest("tenant"),))
+    assert set(docs(control_plane, ns)) == {
+        "aibom-dynamographdeployment-g",
+        other["metadata"]["name"],
+    }
     labels = cm["metadata"]["labels"]
     assert labels["aibom.dev/root-kind"] == "DynamoGraphDeployment"
     assert labels["aibom.dev/root-name"] == "g"

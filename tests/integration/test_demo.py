@@ -30,7 +30,8 @@ DEMO_OUTPUT = (
     "aibom.dev/root: DynamoGraphDeployment/vllm-agg",
     "aibom.dev/rollup: uncovered",
     "Pod/vllm-0-1  [rolled-up] -> LeaderWorkerSet/vllm",
-    "aibom.rollup.owned.3 = DynamoComponentDeployment/vllm-agg-vllmdecodeworker",
+    # The real Dynamo operator's names (the worker's carries its spec hash).
+    "aibom.rollup.owned.3 = DynamoComponentDeployment/vllm-agg-vllmdecodeworker-",
     "documents of rolled-up children: none",
     # The kubectl plugin, run by the real kubectl (README's quick tour).
     "==> kubectl aibom tree dgd/vllm-agg -n aibom-demo",
@@ -41,7 +42,16 @@ DEMO_OUTPUT = (
     "StatefulSet/vllm-0     controller: Pod/vllm-0",
     "field managers: lws",
     "[real  ] LeaderWorkerSet -> leader StatefulSet",
-    "[played] DynamoGraphDeployment",
+    # So are the Dynamo and Grove chains (their operators' field managers).
+    "Deployment/vllm-agg-frontend controller: DynamoComponentDeployment/vllm-agg-frontend"
+    " field managers: dynamo-operator",
+    "PodClique/vllm-disagg-0-frontend controller: PodCliqueSet/vllm-disagg",
+    "field managers: grove-operator",
+    "PodCliqueSet/vllm-disagg  [rolled-up] -> DynamoGraphDeployment/vllm-disagg",
+    "PodCliqueSet/prefill  [root]",
+    "[real  ] DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
+    "[real  ] DynamoGraphDeployment -> PodCliqueSet -> PodClique -> Pods",
+    "[played] NIMService -> Deployment",
 )
 
 
@@ -89,8 +99,10 @@ def test_make_demo(tmp_path: Path) -> None:
             "aibom-cronjob-nightly-eval",
             "aibom-deployment-web",
             "aibom-dynamographdeployment-vllm-agg",
+            "aibom-dynamographdeployment-vllm-disagg",
             "aibom-leaderworkerset-vllm",
             "aibom-nimservice-meta-llama-3-2-1b-instruct",
+            "aibom-podcliqueset-prefill",
         ]
     finally:
         subprocess.run(

@@ -102,3 +102,46 @@ def test_a_refused_module_builds_from_its_source_tree_patched_with_a_replace(
     # machine whose cache holds the build still finds it.
     (upstream / "hello-src").rename(tmp_path / "moved")
     assert binary(build) == path
+
+
+def test_a_replace_is_added_only_where_the_proxy_refuses_the_module(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served module (go-logr/logr at the version go.mod requires) comes from the
+    proxy even when `replaces` names a folder for it: here a copy that does not
+    compile, so the build fails if the replace is added."""
+    upstream = tmp_path / "upstream"
+    tree = upstream / "served-src"
+    (tree / "cmd").mkdir(parents=True)
+    (tree / "go.mod").write_text(
+        "module example.invalid/served\n\ngo 1.22\n\nrequire github.com/go-logr/logr v1.4.3\n"
+    )
+    (tree / "go.sum").write_text(
+        "github.com/go-logr/logr v1.4.3 h1:CjnDlHq8ikf6E492q6eKboGOC0T8CDaOvkHCIg8idEI=\n"
+        "github.com/go-logr/logr v1.4.3/go.mod h1:9T104GzyrTigFIr8wt5mBrctHMim0Nb2HLGrmQ40KvY=\n"
+    )
+    (tree / "cmd" / "main.go").write_text(
+        'package main\n\nimport (\n\t"fmt"\n\n\t"github.com/go-logr/logr"\n)\n\n'
+        "func main() { fmt.Println(logr.Discard().Enabled()) }\n"
+    )
+    broken = upstream / "go-deps" / "logr"
+    broken.mkdir(parents=True)
+    (broken / "go.mod").write_text("module github.com/go-logr/logr\n\ngo 1.22\n")
+    (broken / "logr.go").write_text("package logr\n\nthis does not compile\n")
+    monkeypatch.setenv("AIBOM_UPSTREAM_SRC", str(upstream))
+    monkeypatch.setenv("GOFLAGS", "")
+    build = GoBuild(
+        name="served",
+        version="v0.0.1",
+        mains={"served": "./cmd"},
+        source=SourceTree(
+            module="example.invalid/served",
+            version="v0.0.1",
+            commit="0" * 40,
+            tree="served-src",
+            replaces={"github.com/go-logr/logr": "go-deps/logr"},
+        ),
+        check=("served", (), "false"),
+    )
+    out = subprocess.run([str(binary(build))], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "false"

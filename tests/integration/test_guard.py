@@ -597,6 +597,35 @@ def test_operator_with_the_finalizers_permission_creates_children(
     assert_guard_message(err, operator, web, "deployments")
 
 
+def test_operator_that_may_update_the_owner_itself_creates_children(
+    control_plane: ControlPlane, kubectl: Kubectl, guarded: str, tmp_path: Path
+) -> None:
+    """What Grove's release ClusterRole grants: create/update on its kinds,
+    no */finalizers. It controls the owner, so its edge counts; a tenant who may
+    create the same child and read the owner, but not update it, is refused."""
+    ns = guarded
+    pcs = apply(kubectl, grove("PodCliqueSet", ns, "pcs", apply(kubectl, dgd(ns, "g"))))
+    reader = [
+        {"apiGroups": ["grove.io"], "resources": ["podcliques"], "verbs": ["create"]},
+        {"apiGroups": ["grove.io"], "resources": ["podcliquesets"], "verbs": ["get"]},
+    ]
+    tenant_sa = ServiceAccount(control_plane, kubectl, tmp_path, ns, "reader", rules=reader)
+    err = refused(tenant_sa.create(grove("PodClique", ns, "forged", pcs)))
+    assert_guard_message(err, tenant_sa, pcs, "podcliquesets")
+    assert "or on podcliquesets itself" in err, err
+    updater = [
+        {"apiGroups": ["grove.io"], "resources": ["podcliques"], "verbs": ["create"]},
+        {"apiGroups": ["grove.io"], "resources": ["podcliquesets"], "verbs": ["update"]},
+    ]
+    operator = ServiceAccount(control_plane, kubectl, tmp_path, ns, "grove", rules=updater)
+    child = admitted(operator.create(grove("PodClique", ns, "pcs-worker", pcs)))
+    assert _controlled_by(child, pcs)
+    assert (
+        operator.run("auth", "can-i", "update", "podcliquesets.grove.io", "-n", ns,
+                     "--subresource=finalizers", check=False).stdout.strip() == "no"
+    )  # fmt: skip
+
+
 # -- the real controllers, under the guard --------------------------------------------------
 
 

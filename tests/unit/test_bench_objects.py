@@ -35,7 +35,8 @@ KEY = bytes(range(32))
 
 class Server:
     """The API server as far as the bench's builder uses it: creates (a UID, a
-    resourceVersion and the creation second the proofs bind), merge patches of metadata, and Pod status writes."""
+    resourceVersion and the creation second the proofs bind), merge patches of metadata,
+    and Pod status writes."""
 
     def __init__(self) -> None:
         self.objects: dict[str, Obj] = {}

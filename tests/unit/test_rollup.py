@@ -163,14 +163,24 @@ CASES = [
         },
     ),
     Case(
-        "Grove direct clique: Grove kinds never listed",
+        "Grove direct clique: the PodCliqueSet listed, its PodCliques never",
         _grove(False),
-        {"DynamoGraphDeployment/g": ("root", [], ["g-0-w-abc"])},
+        {"DynamoGraphDeployment/g": ("root", ["PodCliqueSet/g"], ["g-0-w-abc"])},
     ),
     Case(
-        "Grove scaling group",
+        "Grove scaling group: nor its scaling groups",
         _grove(True),
-        {"DynamoGraphDeployment/g": ("root", [], ["g-0-sg-0-w-abc"])},
+        {"DynamoGraphDeployment/g": ("root", ["PodCliqueSet/g"], ["g-0-sg-0-w-abc"])},
+    ),
+    Case(
+        "Grove alone: a PodCliqueSet a user applied is a root",
+        chain(
+            "PodCliqueSet/g",
+            "PodCliqueScalingGroup/g-0-sg",
+            "PodClique/g-0-sg-0-w",
+            "Pod/g-0-sg-0-w-abc",
+        ),
+        {"PodCliqueSet/g": ("root", [], ["g-0-sg-0-w-abc"])},
     ),
     Case(
         "NIMService -> Deployment and -> LWS",
@@ -351,7 +361,7 @@ def test_unpack_expands_a_gzip_bomb_in_bounded_memory() -> None:
     [
         ("not base64!", "is not base64"),
         (base64.b64encode(b"not gzip").decode(), "is not gzip"),
-        (base64.b64encode(gzip.compress(b"{}" * 1000)[:-20]).decode(), "cut short"),
+        (base64.b64encode(gzip.compress(b"{}" * 1000, mtime=0)[:-20]).decode(), "cut short"),
     ],
 )
 def test_unpack_says_what_is_wrong_with_a_payload(payload: str, message: str) -> None:

@@ -247,7 +247,7 @@ CASES = [
         Rollup.ROLLED_UP,
         "DynamoGraphDeployment/g",
         3,
-        nearest="DynamoGraphDeployment/g",
+        nearest="PodCliqueSet/g",
     ),
     Case(
         "Grove scaling group",
@@ -262,7 +262,7 @@ CASES = [
         Rollup.ROLLED_UP,
         "DynamoGraphDeployment/g",
         4,
-        nearest="DynamoGraphDeployment/g",
+        nearest="PodCliqueSet/g",
     ),
     Case(
         "CronJob -> Job -> Pod",

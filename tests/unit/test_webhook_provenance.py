@@ -53,10 +53,12 @@ class Clock:
 
 
 class FakeApi:
-    """Answers reviews from a set of allowed usernames; counts every request."""
+    """Answers reviews from sets of allowed usernames (`allowed`: update on the owner's
+    finalizers; `updaters`: update on the owner itself); records every review."""
 
-    def __init__(self, allowed: set[str]) -> None:
+    def __init__(self, allowed: set[str], *, updaters: set[str] | None = None) -> None:
         self.allowed = allowed
+        self.updaters = updaters or set()
         self.reviews: list[dict[str, Any]] = []
         self.fail: BaseException | None = None
         self.delay = 0.0
@@ -71,7 +73,15 @@ class FakeApi:
             await asyncio.sleep(self.delay)
         if self.fail is not None:
             raise self.fail
-        return str(body["spec"]["user"]) in self.allowed
+        who = str(body["spec"]["user"])
+        if body["spec"]["resourceAttributes"].get("subresource") == "finalizers":
+            return who in self.allowed
+        return who in self.updaters
+
+    @property
+    def checks(self) -> list[dict[str, Any]]:
+        """One per check made: its first review (the owner's finalizers)."""
+        return [b for b in self.reviews if b["spec"]["resourceAttributes"].get("subresource")]
 
 
 # -- the cache -----------------------------------------------------------------------------
@@ -106,7 +116,7 @@ async def test_checker_ttl_with_a_fake_clock() -> None:
     clock.now += 0.1
     check = await checker.check(CONTROLLER, "ns", OWNER, timeout=1)
     assert (check.verdict, check.cached) == (Verdict.DENIED, False)
-    assert len(api.reviews) == 2
+    assert len(api.checks) == 2
 
 
 def test_review_body_carries_the_whole_identity() -> None:
@@ -134,6 +144,39 @@ def test_review_body_carries_the_whole_identity() -> None:
     assert UserInfo.parse({"groups": ["x"]}) is None
 
 
+async def test_an_identity_that_may_update_the_owner_itself_proves_the_edge() -> None:
+    """Grove's operator: update on podcliques, no */finalizers. Asked
+    second, only after the finalizers review says no; the verdict is cached whole."""
+    grove = UserInfo(username="system:serviceaccount:grove-system:grove-operator")
+    api = FakeApi(set(), updaters={grove.username})
+    checker = EdgeChecker(api, cache=SarCache(ttl=10))
+    check = await checker.check(grove, "ns", OWNER, timeout=1)
+    assert check.verdict is Verdict.ALLOWED
+    asked = [b["spec"]["resourceAttributes"] for b in api.reviews]
+    assert asked == [
+        {"verb": "update", "group": "apps", "resource": "replicasets",
+         "subresource": "finalizers", "namespace": "ns", "name": "rs"},
+        {"verb": "update", "group": "apps", "resource": "replicasets",
+         "namespace": "ns", "name": "rs"},
+    ]  # fmt: skip
+    assert (await checker.check(grove, "ns", OWNER, timeout=1)).cached
+    assert len(api.reviews) == 2
+
+
+async def test_a_pod_only_tenant_is_denied_after_both_reviews() -> None:
+    api = FakeApi({CONTROLLER.username}, updaters={"someone-else"})
+    checker = EdgeChecker(api, cache=SarCache(ttl=10))
+    check = await checker.check(ALICE, "ns", OWNER, timeout=1)
+    assert check.verdict is Verdict.DENIED
+    assert [b["spec"]["resourceAttributes"].get("subresource") for b in api.reviews] == [
+        "finalizers",
+        None,
+    ]
+    # The finalizers permission alone answers at once: one review.
+    assert (await checker.check(CONTROLLER, "ns", OWNER, timeout=1)).verdict is Verdict.ALLOWED
+    assert len(api.reviews) == 3
+
+
 async def test_checker_caches_per_identity_and_owner_and_never_caches_errors() -> None:
     api = FakeApi({CONTROLLER.username})
     # A clock that stands still: every check is within the TTL, however slow the machine.
@@ -148,7 +191,7 @@ async def test_checker_caches_per_identity_and_owner_and_never_caches_errors() -
     )
     assert (await checker.check(ALICE, "ns", OWNER, timeout=1)).verdict is Verdict.DENIED
     assert (await checker.check(CONTROLLER, "other", OWNER, timeout=1)).cached is False
-    assert len(api.reviews) == 3
+    assert len(api.checks) == 3
     api.fail = RuntimeError("connection refused")
     other = OwnerRef("apps/v1", "ReplicaSet", "rs2", "u2")
     assert (await checker.check(CONTROLLER, "ns", other, timeout=1)).verdict is Verdict.ERROR
@@ -178,7 +221,7 @@ async def test_concurrent_checks_of_one_key_share_one_review() -> None:
         *(checker.check(CONTROLLER, "ns", OWNER, timeout=1) for _ in range(20))
     )
     assert {c.verdict for c in checks} == {Verdict.ALLOWED}
-    assert len(api.reviews) == 1
+    assert len(api.checks) == 1
 
 
 # -- the admitter ------------------------------------------------------------------------------
@@ -265,7 +308,7 @@ async def test_update_keeping_the_reference_is_not_rechecked() -> None:
     api = FakeApi({CONTROLLER.username})
     adm = _admitter(api, MemorySource([dep, rs]))
     legit = await _admit(adm, mk("Pod", "legit", rs), CONTROLLER.username)
-    reviews = len(api.reviews)
+    reviews = len(api.checks)
     # alice (who may not set the edge) relabels the Pod: verdict and proof are kept.
     relabelled = json.loads(json.dumps(legit))
     relabelled["metadata"]["labels"] = {"x": "y"}
@@ -275,7 +318,7 @@ async def test_update_keeping_the_reference_is_not_rechecked() -> None:
         out["metadata"]["annotations"][KEYS.edge_proof]
         == legit["metadata"]["annotations"][KEYS.edge_proof]
     )
-    assert len(api.reviews) == reviews
+    assert len(api.checks) == reviews
     # ...and cannot bring back a verdict the old object did not carry.
     forged = await _admit(adm, mk("Pod", "forged", rs), "alice")
     again = json.loads(json.dumps(forged))
@@ -285,7 +328,7 @@ async def test_update_keeping_the_reference_is_not_rechecked() -> None:
     out = await _admit(adm, again, "alice", operation="UPDATE", old=forged)
     assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
     assert KEYS.edge_proof not in out["metadata"]["annotations"]
-    assert len(api.reviews) == reviews + 1  # only the forged CREATE was reviewed
+    assert len(api.checks) == reviews + 1  # only the forged CREATE was reviewed
     # Changing the reference is a new edge: checked again, as the updater.
     other = mk("ReplicaSet", "rs2", dep, uid="u-rs2")
     moved = json.loads(json.dumps(legit))
@@ -293,7 +336,7 @@ async def test_update_keeping_the_reference_is_not_rechecked() -> None:
     adm._resolver._source.add(other)  # type: ignore[attr-defined]
     out = await _admit(adm, moved, "alice", operation="UPDATE", old=legit)
     assert out["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
-    assert len(api.reviews) == reviews + 2
+    assert len(api.checks) == reviews + 2
 
 
 async def test_replicaset_under_a_deployment_keeps_the_deployments_copy() -> None:
@@ -376,25 +419,26 @@ async def test_without_a_key_an_update_keeping_the_reference_carries_the_old_sta
     adm = _admitter(api, MemorySource([rs]), key=None)
     legit = await _admit(adm, mk("Pod", "legit", rs), CONTROLLER.username)
     assert legit["metadata"]["annotations"]["aibom.dev/rollup"] == "rolled-up"
-    reviews = len(api.reviews)
+    reviews = len(api.checks)
     # alice (who may not set the edge) relabels the controller's Pod: still rolled up.
     relabelled = json.loads(json.dumps(legit))
     relabelled["metadata"]["labels"] = {"x": "y"}
     out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=legit))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "rolled-up"
     assert out["annotations"]["aibom.dev/root"] == "StatefulSet/rs"
-    assert len(api.reviews) == reviews  # not re-checked
+    assert len(api.checks) == reviews  # not re-checked
     # alice's own Pod is unproven; an UPDATE keeping the reference, with the legit
     # Pod's stamp written into it, leaves it unproven.
     forged = await _admit(adm, mk("Pod", "forged", rs), "alice")
     assert forged["metadata"]["annotations"]["aibom.dev/rollup"] == "unproven"
-    assert len(api.reviews) == reviews + 1
+    assert len(api.checks) == reviews + 1
     again = json.loads(json.dumps(forged))
     again["metadata"]["annotations"] = dict(legit["metadata"]["annotations"])
     out = (await _admit(adm, again, "alice", operation="UPDATE", old=forged))["metadata"]
     assert out["annotations"]["aibom.dev/rollup"] == "unproven"
     assert out["annotations"]["aibom.dev/rollup-reason"] == "Unproven apps/StatefulSet/rs"
-    assert len(api.reviews) == reviews + 1  # no review for the UPDATE
+    assert "aibom.dev/root" not in out["annotations"]
+    assert len(api.checks) == reviews + 1  # no review for the UPDATE
 
 
 @pytest.mark.parametrize("key", [KEY, None], ids=["key", "no-key"])
@@ -416,7 +460,7 @@ async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unprove
     assert (ann["aibom.dev/rollup"], ann["aibom.dev/rollup-reason"]) == hop_above
     _, proven_rs = _chain()
     adm = _admitter(api, MemorySource([dep, proven_rs]), key=key)
-    reviews = len(api.reviews)
+    reviews = len(api.checks)
     relabelled = json.loads(json.dumps(pod))
     relabelled["metadata"]["labels"] = {"x": "y"}
     out = (await _admit(adm, relabelled, "alice", operation="UPDATE", old=pod))["metadata"]
@@ -425,7 +469,7 @@ async def test_a_kept_proven_edge_stays_proven_when_only_a_hop_above_was_unprove
         out["annotations"].get("aibom.dev/rollup-reason"),
     )
     assert got == (("rolled-up", None) if key else hop_above)
-    assert len(api.reviews) == reviews
+    assert len(api.checks) == reviews
 
 
 @pytest.mark.parametrize("annotations", [None, {"other": "x"}])
