@@ -8,19 +8,17 @@ each leader Pod, the worker StatefulSet owned by that Pod; the real
 kube-controller-manager creates the Pods and garbage-collects. Our webhook
 (its shipped ClusterRole, its configuration) stamps them, and our annotator
 (its shipped ClusterRole) writes the documents. The only stand-in is the
-kubelet: a thread writes each Pod's status (Running, Ready, and an imageID
-whose digest is derived from the image and the Pod's name) through
-pods/status, as a kubelet would once the container runs. One digest per Pod
-and image, as if each node had pulled a moving tag at its own time: a digest
-names at most 3 Pods in a document (MAX_POD_EVIDENCE), so with one digest per
-image the document could not show that every Pod's report reached it.
+kubelet (tests/integration/kubelet.py): a thread writes each Pod's status
+(Running, Ready, and an imageID whose digest is derived from the image and the
+Pod's name) through pods/status, as a kubelet would once the container runs.
+One digest per Pod and image: a digest names at most 3 Pods in a document
+(MAX_POD_EVIDENCE), so with one digest per image the document could not show
+that every Pod's report reached it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +31,8 @@ from tests.controlplane.components.lws import NAMESPACE as LWS_NAMESPACE
 from tests.controlplane.components.lws import SERVICE_ACCOUNT as LWS_SERVICE_ACCOUNT
 from tests.controlplane.components.lws import VERSION as LWS_VERSION
 from tests.controlplane.components.lws import Lws
+from tests.integration.chains import reported_pods
+from tests.integration.kubelet import Kubelet, digest_of
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -61,82 +61,8 @@ WORKER_IMAGE = "registry.example/lws/worker"
 TIMEOUT = 120.0
 
 
-def digest_of(image: str, pod: str) -> str:
-    """The digest the kubelet stand-in reports for `image` in Pod `pod`."""
-    return "sha256:" + hashlib.sha256(f"lws-test/{image}/{pod}".encode()).hexdigest()
-
-
 def pods(cp: ControlPlane, ns: str) -> list[Obj]:
     return items(cp, f"/api/v1/namespaces/{ns}/pods")
-
-
-class Kubelet:
-    """Reports every Pod of a namespace Running and Ready with its images' digests
-    (via pods/status, like a kubelet). A Pod whose spec images change, or a new
-    Pod, is reported again; nothing else about the Pods is touched."""
-
-    def __init__(self, cp: ControlPlane, ns: str) -> None:
-        self.cp, self.ns = cp, ns
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.errors: list[str] = []
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        reported: dict[str, tuple[str, ...]] = {}
-        while not self._stop.wait(0.3):
-            try:
-                for pod in pods(self.cp, self.ns):
-                    self._report(pod, reported)
-            except (OSError, AssertionError) as exc:  # transient; keep going
-                self.errors.append(repr(exc))
-
-    def _report(self, pod: Obj, reported: dict[str, tuple[str, ...]]) -> None:
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            return
-        images = tuple(c["image"] for c in pod["spec"]["containers"])
-        if reported.get(meta["uid"]) == images:
-            return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        statuses = [
-            {
-                "name": c["name"],
-                "image": c["image"],
-                "imageID": f"{c['image'].rsplit(':', 1)[0]}@{digest_of(c['image'], meta['name'])}",
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": now}},
-            }
-            for c in pod["spec"]["containers"]
-        ]
-        patch = {
-            "status": {
-                "phase": "Running",
-                "podIP": "10.1.0.1",
-                "conditions": [
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                ],
-                "containerStatuses": statuses,
-            }
-        }
-        resp = self.cp.request(
-            "PATCH",
-            f"/api/v1/namespaces/{self.ns}/pods/{meta['name']}/status",
-            patch,
-            content_type="application/merge-patch+json",
-        )
-        if resp.ok:
-            reported[meta["uid"]] = images
 
 
 def leaderworkerset(ns: str, name: str, *, replicas: int, size: int, tag: str = "1") -> Obj:
@@ -226,16 +152,6 @@ def wait_document(
                         f" (last: {last[0]}; documents: {sorted(docs(cp, ns))})")  # fmt: skip
         time.sleep(0.5)
     return found
-
-
-def reported_pods(doc: Obj) -> set[str]:
-    """The Pods whose status reported a digest in the document (its pod-status evidence)."""
-    return {
-        prop["value"].split("#", 1)[0].removeprefix("Pod/")
-        for comp in doc.get("components", [])
-        for prop in comp.get("properties", [])
-        if prop["name"] == "aibom.evidence.pod-status"
-    }
 
 
 def covers(pod_names: set[str], statefulsets: set[str]) -> Callable[[Obj, str], bool]:
