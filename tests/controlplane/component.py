@@ -181,13 +181,16 @@ class Component:
         return {"TMPDIR": str(tmp)}
 
     def workers_started(self, *controllers: str) -> bool:
-        """Each of these controller-runtime controllers logged ``Starting workers``
-        (its informers synced: it acts on what is created from now on)."""
-        text = self.log_path.read_text(errors="replace")
-        started = {
-            m.group(1)
-            for m in re.finditer(r'Starting workers.*?"controller":\s*"([A-Za-z0-9_-]+)"', text)
-        }
+        """Each of these controller-runtime controllers (lowercase names) logged
+        ``Starting workers``: its informers synced, it acts on what is created from
+        now on. The name is the line's ``controller`` key, or its ``logger``'s
+        ``controllers.<Name>`` where an operator names loggers that way (KubeRay)."""
+        started = set()
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if "Starting workers" in line:
+                names = re.findall(r'"controller":\s*"([A-Za-z0-9_-]+)"', line)
+                names += re.findall(r'"logger":\s*"controllers\.([A-Za-z0-9_-]+)"', line)
+                started |= {n.lower() for n in names}
         return set(controllers) <= started
 
     def webhooks_on_loopback(
