@@ -6,6 +6,6 @@ module here and to the import list below to add one.
 
 from __future__ import annotations
 
-from tests.controlplane.components import kserve, kuberay, lws
+from tests.controlplane.components import kserve, kuberay, lws, nim
 
-__all__ = ["kserve", "kuberay", "lws"]
+__all__ = ["kserve", "kuberay", "lws", "nim"]
