@@ -1,15 +1,17 @@
 """`make demo`: the product working on a local, real control plane.
 
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
-   kube-controller-manager and the real LeaderWorkerSet controller
-   (tests/controlplane, `up --with lws`), or reuses the running one;
+   kube-controller-manager and the real operators: the LeaderWorkerSet
+   controller, KServe, the NIM operator and KubeRay (tests/controlplane,
+   `up --with lws,kserve,nim,kuberay`, each as its own ServiceAccount), or
+   reuses the running ones;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
-4. plays the operators whose modules are not served here (Dynamo, NIM):
-   creates their children with controller ownerReferences; the LWS chain is
-   made by the real LWS controller, and Kubernetes' own controllers create
-   ReplicaSets, StatefulSet Pods and Job Pods;
+4. plays the operator that does not run here (Dynamo): creates its children
+   with controller ownerReferences; the LWS, NIMService, InferenceService and
+   RayService chains are made by the real operators, and Kubernetes' own
+   controllers create ReplicaSets, StatefulSet Pods and Job Pods;
 5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
    resolve; that is all it does to Pods;
 6. prints the stamps as `kubectl get -o yaml` shows them, the roll-up tree
@@ -89,13 +91,19 @@ class Cluster:
 # -- 1. control plane ---------------------------------------------------------
 
 
+#: The real operators the demo runs (KServe before the NIM operator, which watches
+#: InferenceServices only if their CRD is there when it starts; it requires lws).
+COMPONENTS = ("lws", "kserve", "nim", "kuberay")
+
+
 def control_plane() -> Cluster:
     step(
         "control plane (etcd, kube-apiserver, kube-controller-manager) and the real"
-        " LeaderWorkerSet controller from tests/controlplane (first run: builds them, with progress)"
+        " LeaderWorkerSet controller, KServe, NIM operator and KubeRay from tests/controlplane"
+        " (first run: builds them, with progress)"
     )
     up = subprocess.run(
-        [PY, "-m", "tests.controlplane", "up", "--with", "lws",
+        [PY, "-m", "tests.controlplane", "up", "--with", ",".join(COMPONENTS),
          "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
         cwd=REPO, check=False,
     )  # fmt: skip
@@ -243,12 +251,17 @@ def examples(cluster: Cluster) -> None:
 CHAINS = (
     ("real", "LeaderWorkerSet -> leader StatefulSet -> leader Pod -> worker StatefulSet"
      " -> worker Pods", "the LWS controller (sigs.k8s.io/lws) with Kubernetes' StatefulSet controller"),
+    ("real", "NIMService -> Deployment -> ReplicaSet -> Pod",
+     "the NIM operator (NVIDIA/k8s-nim-operator, from source) with kube-controller-manager"),
+    ("real", "InferenceService -> Deployment <name>-predictor -> ReplicaSet -> Pod",
+     "KServe's controller manager v0.20.0 (Standard mode; its Pod webhook adds the"
+     " storage-initializer) with kube-controller-manager"),
+    ("real", "RayService -> RayCluster -> head and worker Pods",
+     "the KubeRay operator v1.5.0 (ray-project/kuberay)"),
     ("real", "Deployment -> ReplicaSet -> Pod, StatefulSet -> Pod, Job -> Pod",
      "Kubernetes' own controllers (kube-controller-manager)"),
     ("played", "DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
      "this script (the Dynamo operator's module is not served here)"),
-    ("played", "NIMService -> Deployment",
-     "this script (the NIM operator's module is not served here)"),
     ("played", "CronJob -> Job", "this script (kubectl create job --from; the cronjob"
      " controller is real but would wait for the schedule)"),
     ("played", "Pod status (Running, imageID digests)", "this script, as a kubelet (no kubelet here)"),
@@ -256,7 +269,7 @@ CHAINS = (
 
 
 def operators(cluster: Cluster) -> None:
-    step("play the operators that cannot run here (Dynamo, NIM) and a CronJob's Job")
+    step("play the operator that does not run here (Dynamo) and a CronJob's Job")
     dgd = cluster.get("dynamographdeployment", "vllm-agg")
     assert dgd is not None
     for comp in dgd["spec"]["components"]:
@@ -276,14 +289,13 @@ def operators(cluster: Cluster) -> None:
             f"  DynamoGraphDeployment/vllm-agg -> DynamoComponentDeployment/{name} -> Deployment/{name}"
         )
 
-    print("  LeaderWorkerSet/vllm: not played; the real LWS controller makes its chain")
-
-    nim = cluster.get("nimservice", "meta-llama-3-2-1b-instruct")
-    assert nim is not None
-    image = f"{nim['spec']['image']['repository']}:{nim['spec']['image']['tag']}"
-    template = {"spec": {"containers": [{"name": "nim", "image": image}]}}
-    cluster.apply(_deployment(nim["metadata"]["name"], nim, template, 1))
-    print(f"  NIMService/{nim['metadata']['name']} -> Deployment/{nim['metadata']['name']}")
+    for what in (
+        "LeaderWorkerSet/vllm",
+        "NIMService/meta-llama-3-2-1b-instruct",
+        "InferenceService/huggingface-llama2",
+        "RayService/rayservice-sample",
+    ):
+        print(f"  {what}: not played; its real operator makes its chain")  # fmt: skip
 
     if cluster.get("job", "nightly-eval-manual") is None:
         cluster.kubectl(
@@ -301,7 +313,8 @@ def _digest(image: str) -> str:
 def kubelet(cluster: Cluster, timeout: float = 90) -> None:
     step("act as the kubelet: report Pods running, with the image digests they pulled")
     expected = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
-                "meta-llama-3-2-1b-instruct", "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
+                "meta-llama-3-2-1b-instruct", "nightly-eval-manual", "web", "debug-shell",
+                "huggingface-llama2-predictor", "rayservice-sample"}  # fmt: skip
     deadline = time.monotonic() + timeout
     done: set[str] = set()
     while True:
@@ -311,14 +324,24 @@ def kubelet(cluster: Cluster, timeout: float = 90) -> None:
             if name in done or pod.get("status", {}).get("phase") == "Running":
                 done.add(name)
                 continue
-            statuses = [
-                {"name": c["name"], "image": c["image"], "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
-                 "ready": True, "restartCount": 0, "started": True,
-                 "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
-                for c in pod["spec"]["containers"]
-            ]  # fmt: skip
-            patch = {"status": {"phase": "Running", "containerStatuses": statuses,
-                                "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+
+            def statuses(key: str, state: Obj, ready: bool, pod: Obj = pod) -> list[Obj]:
+                return [
+                    {"name": c["name"], "image": c["image"],
+                     "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
+                     "ready": ready, "restartCount": 0, "started": ready, "state": state}
+                    for c in pod["spec"].get(key, [])
+                ]  # fmt: skip
+
+            done_ = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+            running = {"running": {"startedAt": "2026-12-03T00:00:00Z"}}
+            patch = {"status": {
+                "phase": "Running",
+                "initContainerStatuses": statuses("initContainers", done_, ready=False),
+                "containerStatuses": statuses("containers", running, ready=True),
+                # KubeRay's RayCluster turns ready on these (its RayService status too).
+                "conditions": [{"type": "Ready", "status": "True"},
+                               {"type": "ContainersReady", "status": "True"}]}}  # fmt: skip
             cluster.kubectl("patch", "pod", name, "-n", NS, "--subresource=status", "--type=merge",
                             "-p", json.dumps(patch))  # fmt: skip
             done.add(name)
@@ -341,6 +364,8 @@ EXPECTED_DOCS = {
     "aibom-dynamographdeployment-vllm-agg",
     "aibom-leaderworkerset-vllm",
     "aibom-nimservice-meta-llama-3-2-1b-instruct",
+    "aibom-inferenceservice-huggingface-llama2",
+    "aibom-rayservice-rayservice-sample",
     "aibom-cronjob-nightly-eval",
     "aibom-deployment-web",
 }
@@ -380,7 +405,7 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
         )
 
     step("the roll-up tree: kubectl get ... -o json | aibom-rollup tree (the offline mode)")
-    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice"
+    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice,isvc,rayservice,raycluster"
     dump = cluster.kubectl("get", kinds, "-n", NS, "-o", "json")
     (STATE / "dump.json").write_text(dump)
     print(subprocess.run([PY, "-m", "aibom_rollup", "tree", "-"], input=dump, capture_output=True,
@@ -453,19 +478,31 @@ def plugin(cluster: Cluster) -> None:
         print((proc.stdout + proc.stderr).rstrip())
 
 
+#: The objects the real operators made, by selector: their controller and field managers.
+REAL_MADE = (
+    ("statefulsets,pods", "leaderworkerset.sigs.k8s.io/name=vllm"),
+    ("deployments", "app.kubernetes.io/managed-by=k8s-nim-operator"),
+    ("deployments", "serving.kserve.io/inferenceservice=huggingface-llama2"),
+    ("rayclusters", "ray.io/originated-from-cr-name=rayservice-sample"),
+    ("pods", "ray.io/is-ray-node=yes"),
+)
+
+
 def chains(cluster: Cluster) -> None:
-    step("who made what: the LWS chain as its real controller made it, and what is played")
-    lws_objs = json.loads(cluster.kubectl(
-        "get", "statefulsets,pods", "-n", NS, "-l", "leaderworkerset.sigs.k8s.io/name=vllm",
-        "-o", "json", "--show-managed-fields",
-    ))["items"]  # fmt: skip
-    for obj in sorted(lws_objs, key=lambda o: (o["kind"], o["metadata"]["name"])):
+    step("who made what: the real operators' objects (their field managers), and what is played")
+    made: list[Obj] = []
+    for kinds, selector in REAL_MADE:
+        got = json.loads(cluster.kubectl(
+            "get", kinds, "-n", NS, "-l", selector, "-o", "json", "--show-managed-fields"
+        ))["items"]  # fmt: skip
+        made += sorted(got, key=lambda o: (o["kind"], o["metadata"]["name"]))
+    for obj in made:
         refs = obj["metadata"].get("ownerReferences", [])
         ctrl = next((f"{r['kind']}/{r['name']}" for r in refs if r.get("controller")), "-")
         managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])
                            if not m.get("subresource")})  # fmt: skip
         what = f"{obj['kind']}/{obj['metadata']['name']}"
-        print(f"  {what:22s} controller: {ctrl:26s} field managers: {', '.join(managers)}")
+        print(f"  {what:50s} controller: {ctrl:40s} managers: {', '.join(managers)}")
     for kind, chain, by in CHAINS:
         print(f"  [{kind:6s}] {chain}\n           by {by}")
 

@@ -37,12 +37,21 @@ DEMO_OUTPUT = (
     "DynamoGraphDeployment/vllm-agg  [root]",
     "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg",
     "the carried stamp is current",
-    # The LWS chain is the real controller's (its field manager), not played.
-    "StatefulSet/vllm-0     controller: Pod/vllm-0",
-    "field managers: lws",
+    # The LWS, NIM, KServe and KubeRay chains are the real operators' (their
+    # controller references and field managers), not played.
+    *(f"{what:50s} controller: {by}" for what, by in (
+        ("StatefulSet/vllm-0", "Pod/vllm-0"),
+        ("Deployment/meta-llama-3-2-1b-instruct", "NIMService/meta-llama-3-2-1b-instruct"),
+        ("Deployment/huggingface-llama2-predictor", "InferenceService/huggingface-llama2"),
+    )),
+    "controller: RayService/rayservice-sample",
+    "managers: lws",
     "[real  ] LeaderWorkerSet -> leader StatefulSet",
+    "[real  ] NIMService -> Deployment",
+    "[real  ] InferenceService -> Deployment",
+    "[real  ] RayService -> RayCluster",
     "[played] DynamoGraphDeployment",
-)
+)  # fmt: skip
 
 
 def test_make_demo(tmp_path: Path) -> None:
@@ -57,7 +66,7 @@ def test_make_demo(tmp_path: Path) -> None:
     demo = [sys.executable, str(REPO_ROOT / "demo" / "run.py")]
     try:
         run = subprocess.run(
-            demo, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400, check=False
+            demo, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False
         )
         out = run.stdout
         assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
@@ -89,8 +98,10 @@ def test_make_demo(tmp_path: Path) -> None:
             "aibom-cronjob-nightly-eval",
             "aibom-deployment-web",
             "aibom-dynamographdeployment-vllm-agg",
+            "aibom-inferenceservice-huggingface-llama2",
             "aibom-leaderworkerset-vllm",
             "aibom-nimservice-meta-llama-3-2-1b-instruct",
+            "aibom-rayservice-rayservice-sample",
         ]
     finally:
         subprocess.run(
