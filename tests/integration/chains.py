@@ -34,12 +34,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from aibom_core.kindnames import BUILTIN_KINDS
 from aibom_core.objects import Obj
-from tests.controlplane import ControlPlane, Kubectl
+from tests.controlplane import Component, ControlPlane, Kubectl
 from tests.integration.kubelet import Kubelet, pod_digests
 from tests.integration.support import (
     LABEL_KEY,
@@ -75,6 +76,54 @@ def guard_applied(kubectl: Kubectl) -> Iterator[None]:
         yield
     finally:
         kubectl("delete", "-k", str(GUARD), "--ignore-not-found")
+
+
+# -- the operator ----------------------------------------------------------------------------
+
+C = TypeVar("C", bound=Component)
+
+
+def running(components: dict[str, Component], cls: type[C]) -> C:
+    """The module's running component of class ``cls`` (from the ``components`` fixture)."""
+    found = components[cls.name]
+    assert isinstance(found, cls)
+    return found
+
+
+def can_i(kubectl: Kubectl, component: Component, verb: str, resource: str, *args: str) -> bool:
+    """``kubectl auth can-i`` as the component (in namespace default)."""
+    out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
+                  kubeconfig=component.kubeconfig, check=False)  # fmt: skip
+    return out.stdout.strip() == "yes"
+
+
+def assert_may_control(kubectl: Kubectl, component: Component, *resources: str) -> None:
+    """The component may ``update`` each owner resource (``kind.group``) and its
+    ``finalizers``: what the provenance guard asks of the author of a controller
+    reference to such an owner (the finalizers, as the rule stands; the owner
+    itself is what real operators hold, Grove's without the finalizers)."""
+    for resource in resources:
+        assert can_i(kubectl, component, "update", resource, "--subresource=finalizers"), resource
+        assert can_i(kubectl, component, "update", resource), resource
+
+
+def assert_release_identity(
+    kubectl: Kubectl, component: Component, *, service_account: str, binding: str, role: str
+) -> None:
+    """The component authenticates as ``service_account`` (``namespace/name``, a
+    TokenRequest token), not as admin, and its release binds that account to
+    ``role`` with the ClusterRoleBinding ``binding``."""
+    namespace, _, name = service_account.partition("/")
+    user = f"system:serviceaccount:{namespace}:{name}"
+    assert component.user == user
+    who = json.loads(kubectl("auth", "whoami", "-o", "json",
+                             kubeconfig=component.kubeconfig).stdout)  # fmt: skip
+    assert who["status"]["userInfo"]["username"] == user
+    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
+    bound = json.loads(kubectl("get", "clusterrolebinding", binding, "-o", "json").stdout)
+    assert bound["roleRef"]["name"] == role
+    assert {"kind": "ServiceAccount", "name": name, "namespace": namespace} in bound["subjects"]
+    assert not can_i(kubectl, component, "create", "clusterrolebindings")
 
 
 # -- the tenant ------------------------------------------------------------------------------

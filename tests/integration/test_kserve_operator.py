@@ -25,7 +25,6 @@ InferenceService too (neither is a workload: not in the document).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -37,7 +36,11 @@ from tests.controlplane.components.kserve import NAMESPACE, SERVICE_ACCOUNT, Kse
 from tests.integration.chains import (
     Spaces,
     assert_forgery_fails,
+    assert_may_control,
+    assert_release_identity,
+    can_i,
     controller_of,
+    running,
     wait_items,
     wait_rolled_up,
 )
@@ -58,9 +61,7 @@ def sample(ns: str) -> Obj:
 
 @pytest.fixture(scope="module")
 def kserve(components: dict[str, Component]) -> Kserve:
-    running = components["kserve"]
-    assert isinstance(running, Kserve)
-    return running
+    return running(components, Kserve)
 
 
 @pytest.fixture(scope="module")
@@ -69,33 +70,15 @@ def webhook(kserve: Kserve, start_webhook: StartWebhook) -> Webhook:
     return start_webhook(user="aibom-webhook-kserve-op", name="aibom-rollup-kserve-op")
 
 
-def can_i(kubectl: Kubectl, component: Component, verb: str, resource: str, *args: str) -> bool:
-    out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
-                  kubeconfig=component.kubeconfig, check=False)  # fmt: skip
-    return out.stdout.strip() == "yes"
-
-
 def test_controller_runs_as_its_service_account_with_its_release_rbac(
     kubectl: Kubectl, kserve: Kserve
 ) -> None:
-    user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-    assert kserve.user == user
-    who = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=kserve.kubeconfig).stdout)
-    assert who["status"]["userInfo"]["username"] == user
-    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
-    binding = json.loads(
-        kubectl("get", "clusterrolebinding", "kserve-manager-rolebinding", "-o", "json").stdout
-    )
-    assert binding["roleRef"]["name"] == "kserve-manager-role"
-    assert {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE} in (
-        binding["subjects"]
-    )
-    isvc = "inferenceservices.serving.kserve.io"
-    # What the provenance guard asks of the author of its Deployments' references
-    # (update on the owner's finalizers): the release grants it, and the owner itself.
-    assert can_i(kubectl, kserve, "update", isvc, "--subresource=finalizers")
-    assert can_i(kubectl, kserve, "update", isvc)
-    assert not can_i(kubectl, kserve, "create", "clusterrolebindings")
+    assert_release_identity(
+        kubectl, kserve, service_account=f"{NAMESPACE}/{SERVICE_ACCOUNT}",
+        binding="kserve-manager-rolebinding", role="kserve-manager-role",
+    )  # fmt: skip
+    # The owner of every reference it sets (Deployments, Services, HPAs).
+    assert_may_control(kubectl, kserve, "inferenceservices.serving.kserve.io")
     assert not can_i(kubectl, kserve, "update", "nimservices.apps.nvidia.com")
 
 

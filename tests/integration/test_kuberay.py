@@ -32,8 +32,6 @@ the RayJob: not workloads, not in the documents.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from aibom_core.objects import Obj
@@ -42,7 +40,11 @@ from tests.controlplane.components.kuberay import NAMESPACE, SERVICE_ACCOUNT, Ku
 from tests.integration.chains import (
     Spaces,
     assert_forgery_fails,
+    assert_may_control,
+    assert_release_identity,
+    can_i,
     controller_of,
+    running,
     wait_items,
     wait_rolled_up,
 )
@@ -53,9 +55,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.components("kuberay")]
 
 @pytest.fixture(scope="module")
 def kuberay(components: dict[str, Component]) -> Kuberay:
-    running = components["kuberay"]
-    assert isinstance(running, Kuberay)
-    return running
+    return running(components, Kuberay)
 
 
 @pytest.fixture(scope="module")
@@ -98,32 +98,16 @@ def cluster_of(cp: ControlPlane, ns: str, owner: Obj) -> tuple[Obj, list[Obj]]:
 def test_operator_runs_as_its_service_account_with_its_release_rbac(
     kubectl: Kubectl, kuberay: Kuberay
 ) -> None:
-    user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-    assert kuberay.user == user
-    who = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=kuberay.kubeconfig).stdout)
-    assert who["status"]["userInfo"]["username"] == user
-    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
-    binding = json.loads(
-        kubectl("get", "clusterrolebinding", "kuberay-operator", "-o", "json").stdout
+    assert_release_identity(
+        kubectl, kuberay, service_account=f"{NAMESPACE}/{SERVICE_ACCOUNT}",
+        binding="kuberay-operator", role="kuberay-operator",
+    )  # fmt: skip
+    # The owners of the references it sets: RayService and RayJob (RayClusters,
+    # Services, the submitter Job), RayCluster (Pods, Services).
+    assert_may_control(
+        kubectl, kuberay, "rayservices.ray.io", "rayjobs.ray.io", "rayclusters.ray.io"
     )
-    assert binding["roleRef"]["name"] == "kuberay-operator"
-    assert {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE} in (
-        binding["subjects"]
-    )
-
-    def can(verb: str, resource: str, *args: str) -> bool:
-        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
-                      kubeconfig=kuberay.kubeconfig, check=False)  # fmt: skip
-        return out.stdout.strip() == "yes"
-
-    # What the provenance guard asks of the author of each reference it sets
-    # (update on the owner's finalizers): the release grants it, and update on
-    # the owners themselves.
-    for kind in ("rayservices", "rayjobs", "rayclusters"):
-        assert can("update", f"{kind}.ray.io", "--subresource=finalizers"), kind
-        assert can("update", f"{kind}.ray.io"), kind
-    assert not can("create", "clusterrolebindings")
-    assert not can("update", "deployments.apps", "--subresource=finalizers")
+    assert not can_i(kubectl, kuberay, "update", "deployments.apps", "--subresource=finalizers")
 
 
 def test_a_ray_service_rolls_up_its_cluster_and_pods(

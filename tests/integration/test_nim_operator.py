@@ -42,8 +42,6 @@ RoleBinding (and, multi-node, its MPI ConfigMaps): not workloads.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from aibom_core.objects import Obj
@@ -52,7 +50,10 @@ from tests.controlplane.components.nim import NAMESPACE, SERVICE_ACCOUNT, Nim, s
 from tests.integration.chains import (
     Spaces,
     assert_forgery_fails,
+    assert_may_control,
+    assert_release_identity,
     controller_of,
+    running,
     wait_items,
     wait_rolled_up,
 )
@@ -67,9 +68,7 @@ EMPTY_DIR = {"emptyDir": {"sizeLimit": "10Gi"}}
 
 @pytest.fixture(scope="module")
 def nim(components: dict[str, Component]) -> Nim:
-    running = components["nim"]
-    assert isinstance(running, Nim)
-    return running
+    return running(components, Nim)
 
 
 @pytest.fixture(scope="module")
@@ -103,27 +102,12 @@ def one(cp: ControlPlane, path: str, what: str) -> Obj:
 def test_operator_runs_as_its_service_account_with_its_release_rbac(
     kubectl: Kubectl, nim: Nim
 ) -> None:
-    user = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-    assert nim.user == user
-    who = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=nim.kubeconfig).stdout)
-    assert who["status"]["userInfo"]["username"] == user
-    assert "system:masters" not in who["status"]["userInfo"].get("groups", [])
-    binding = json.loads(
-        kubectl("get", "clusterrolebinding", "k8s-nim-operator-manager-rolebinding", "-o", "json")
-        .stdout
+    assert_release_identity(
+        kubectl, nim, service_account=f"{NAMESPACE}/{SERVICE_ACCOUNT}",
+        binding="k8s-nim-operator-manager-rolebinding", role="k8s-nim-operator-manager-role",
     )  # fmt: skip
-    assert binding["roleRef"]["name"] == "k8s-nim-operator-manager-role"
-
-    def can(verb: str, resource: str, *args: str) -> bool:
-        out = kubectl("auth", "can-i", verb, resource, *args, "-n", "default",
-                      kubeconfig=nim.kubeconfig, check=False)  # fmt: skip
-        return out.stdout.strip() == "yes"
-
-    # The provenance guard asks the author of each reference for update on the
-    # owner's finalizers: every owner the NIM operator sets is a NIMService.
-    assert can("update", "nimservices.apps.nvidia.com", "--subresource=finalizers")
-    assert can("update", "nimservices.apps.nvidia.com")
-    assert not can("create", "clusterrolebindings")
+    # Every owner the NIM operator sets in these chains is a NIMService.
+    assert_may_control(kubectl, nim, "nimservices.apps.nvidia.com")
 
 
 def test_a_nimservice_on_a_deployment(

@@ -34,10 +34,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
-from tests.controlplane.component import Component, register
-from tests.controlplane.gobuild import GoBuild, SourceTree, ensure
+from tests.controlplane.component import Component, register, rendered
+from tests.controlplane.gobuild import GoBuild, SourceTree
 from tests.controlplane.kubernetes import kustomize
 from tests.controlplane.process import child_env, free_ports, http_ok
 
@@ -75,16 +73,6 @@ BUILD: Final = GoBuild(
 )
 
 
-def _docs(name: str) -> list[dict[str, Any]]:
-    text = (ensure(BUILD) / name).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-def release() -> list[dict[str, Any]]:
-    """The release's manifests (built and rendered unless cached)."""
-    return _docs("release.yaml")
-
-
 def standard_mode(config: dict[str, Any]) -> dict[str, Any]:
     """The release's ``inferenceservice-config`` with ``deploy.defaultDeploymentMode:
     Standard``, as the Standard-mode installer's ``update_isvc_config`` writes it."""
@@ -98,6 +86,7 @@ def standard_mode(config: dict[str, Any]) -> dict[str, Any]:
 class Kserve(Component):
     name: ClassVar[str] = "kserve"
     summary: ClassVar[str] = f"KServe controller manager {VERSION} (Standard mode)"
+    go_build: ClassVar[GoBuild | None] = BUILD
     #: Its release's CRDs stand while it runs (the vendored InferenceService CRDs,
     #: k8s-aibom's minimal one and v0.15.2's, are left alone).
     owns_crd_files: ClassVar[tuple[str, ...]] = ("serving.kserve.io_",)
@@ -105,18 +94,9 @@ class Kserve(Component):
     webhook_port = 0
     health_port = 0
 
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/kserve-manager``, ``release.yaml`` and ``runtimes.yaml``."""
-        return ensure(BUILD)
-
     def start(self) -> None:
         began = self.began()
-        docs = release()
+        docs = rendered(BUILD, "release.yaml")
         self.apply_release(docs)
         config = next(
             d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == CONFIGMAP
@@ -143,7 +123,7 @@ class Kserve(Component):
         self.wait("the InferenceService controller's workers",
                   lambda: self.workers_started("inferenceservice"))  # fmt: skip
         # Validated by its own ClusterServingRuntime webhook, as in a real install.
-        self.plane.apply(_docs("runtimes.yaml"))
+        self.plane.apply(rendered(BUILD, "runtimes.yaml"))
         self.ready_after(began)
 
     def _defaults(self) -> bool:

@@ -27,10 +27,8 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
-from tests.controlplane.component import Component, register
-from tests.controlplane.gobuild import GoBuild, ensure, module_dir, module_source
+from tests.controlplane.component import Component, register, rendered
+from tests.controlplane.gobuild import GoBuild, module_dir, module_source
 from tests.controlplane.kubernetes import kustomize
 from tests.controlplane.process import child_env, free_ports, http_ok
 
@@ -68,37 +66,22 @@ BUILD: Final = GoBuild(
 )
 
 
-def release() -> list[dict[str, Any]]:
-    """The release's manifests (built and rendered unless cached)."""
-    text = (ensure(BUILD) / "release.yaml").read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
 def sample(name: str) -> list[dict[str, Any]]:
     """The documents of one of :data:`SAMPLES`, as the module ships them."""
-    text = (ensure(BUILD) / "samples" / name).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return rendered(BUILD, f"samples/{name}")
 
 
 @register
 class Kuberay(Component):
     name: ClassVar[str] = "kuberay"
     summary: ClassVar[str] = f"KubeRay operator {VERSION}"
+    go_build: ClassVar[GoBuild | None] = BUILD
 
     health_port = 0
 
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/kuberay-operator``, ``release.yaml`` and ``samples/``."""
-        return ensure(BUILD)
-
     def start(self) -> None:
         began = self.began()
-        self.apply_release(release())
+        self.apply_release(rendered(BUILD, "release.yaml"))
         kubeconfig = self.run_as(NAMESPACE, SERVICE_ACCOUNT)
         self.health_port, metrics_port = free_ports(2)
         env = child_env()

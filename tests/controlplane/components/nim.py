@@ -42,11 +42,9 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
-from tests.controlplane.component import Component, register
+from tests.controlplane.component import Component, register, rendered
 from tests.controlplane.components.kserve import NAMESPACE as KSERVE_NAMESPACE
-from tests.controlplane.gobuild import GoBuild, SourceTree, ensure
+from tests.controlplane.gobuild import GoBuild, SourceTree
 from tests.controlplane.kubernetes import kustomize
 from tests.controlplane.paths import PACKAGE_DIR
 from tests.controlplane.process import child_env, free_ports, http_ok
@@ -100,40 +98,25 @@ BUILD: Final = GoBuild(
 )
 
 
-def release() -> list[dict[str, Any]]:
-    """The release's manifests (built and rendered unless cached)."""
-    text = (ensure(BUILD) / "release.yaml").read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
 def sample(name: str) -> list[dict[str, Any]]:
     """The documents of one of :data:`SAMPLES`, as the operator's repository has them."""
-    text = (ensure(BUILD) / "samples" / name).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return rendered(BUILD, f"samples/{name}")
 
 
 @register
 class Nim(Component):
     name: ClassVar[str] = "nim"
     summary: ClassVar[str] = f"NIM operator {VERSION}"
+    go_build: ClassVar[GoBuild | None] = BUILD
     requires: ClassVar[tuple[str, ...]] = ("lws",)
     #: Its release's NIMService and NIMCache CRDs stand while it runs.
     owns_crd_files: ClassVar[tuple[str, ...]] = ("apps.nvidia.com_",)
 
     health_port = 0
 
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/nim-operator``, ``release.yaml``, ``manifests/`` and ``samples/``."""
-        return ensure(BUILD)
-
     def start(self) -> None:
         began = self.began()
-        self.apply_release(release())
+        self.apply_release(rendered(BUILD, "release.yaml"))
         kubeconfig = self.run_as(NAMESPACE, SERVICE_ACCOUNT)
         (self.health_port,) = free_ports(1)
         env = child_env()
