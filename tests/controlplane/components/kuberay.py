@@ -76,6 +76,9 @@ class Kuberay(Component):
     name: ClassVar[str] = "kuberay"
     summary: ClassVar[str] = f"KubeRay operator {VERSION}"
     go_build: ClassVar[GoBuild | None] = BUILD
+    #: Its release's CRDs stand while it runs (the vendored ones are the same files
+    #: of the same module, without the release's two labels).
+    owns_crd_files: ClassVar[tuple[str, ...]] = ("ray.io_",)
 
     health_port = 0
 
