@@ -60,6 +60,9 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _k("grove.io", "PodCliqueScalingGroup", "podcliquescalinggroups", "pcsg"),
     _k("grove.io", "PodClique", "podcliques", "pclq"),
     _k("serving.kserve.io", "InferenceService", "inferenceservices", "isvc"),
+    _k("ray.io", "RayService", "rayservices"),
+    _k("ray.io", "RayJob", "rayjobs"),
+    _k("ray.io", "RayCluster", "rayclusters"),
 )
 
 

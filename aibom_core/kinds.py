@@ -76,6 +76,12 @@ tracked:
   # KServe v1beta1: a root of its own (predictor model, storageUri, runtime),
   # and under a NIMService with inferencePlatform: kserve.
   - {group: serving.kserve.io, kind: InferenceService}
+  # KubeRay (ray.io): RayService -> RayCluster -> Pods; RayJob -> RayCluster and
+  # RayJob -> submitter Job -> Pods. A RayCluster is applied on its own too, so
+  # it is tracked: its own AIBOM as a root, listed as owned under the others.
+  - {group: ray.io, kind: RayService}
+  - {group: ray.io, kind: RayJob}
+  - {group: ray.io, kind: RayCluster}
 walkOnly:
   - {group: apps, kind: ReplicaSet}
   - {group: "", kind: Pod}

@@ -41,6 +41,10 @@ names (repository, commit, path; the files the tests read are vendored beside it
   `storage{key,path}`, `protocolVersion` and inline container fields), the
   deprecated framework fields (`sklearn`, `huggingface`, ... with
   `storageUri`), `workerSpec` (multi-node)
+- KubeRay (ray.io v1): RayCluster `spec.headGroupSpec.template` and
+  `spec.workerGroupSpecs[].template`; RayService the same RayClusterSpec at
+  `spec.rayClusterConfig`; RayJob at `spec.rayClusterSpec`, plus
+  `spec.submitterPodTemplate` (the submitter Job's Pods)
 
 Shapes are recognised by the fields present, not by apiVersion, and an object
 whose kind is unknown is tried against the generic pod-template places, so a
@@ -885,6 +889,35 @@ def _scrape_isvc(obj: Obj, ctx: _Ctx) -> list[Container]:
     return out
 
 
+# --- KubeRay -------------------------------------------------------------------
+
+
+def _ray_cluster_spec(spec: Any, base: str, ctx: _Ctx) -> list[Container]:
+    """A RayClusterSpec at `base`: the head group's Pod template and each worker group's."""
+    spec = _dict(spec)
+    head = _dict(spec.get("headGroupSpec")).get("template")
+    out = _template(head, _ptr(base, "headGroupSpec", "template"), ctx)
+    for i, group in enumerate(_list(spec.get("workerGroupSpecs"))):
+        template = _dict(group).get("template")
+        out += _template(template, _ptr(base, "workerGroupSpecs", i, "template"), ctx)
+    return out
+
+
+def _scrape_raycluster(obj: Obj, ctx: _Ctx) -> list[Container]:
+    return _ray_cluster_spec(obj.get("spec"), "/spec", ctx)
+
+
+def _scrape_rayservice(obj: Obj, ctx: _Ctx) -> list[Container]:
+    config = _dict(obj.get("spec")).get("rayClusterConfig")
+    return _ray_cluster_spec(config, "/spec/rayClusterConfig", ctx)
+
+
+def _scrape_rayjob(obj: Obj, ctx: _Ctx) -> list[Container]:
+    spec = _dict(obj.get("spec"))
+    out = _ray_cluster_spec(spec.get("rayClusterSpec"), "/spec/rayClusterSpec", ctx)
+    return out + _template(spec.get("submitterPodTemplate"), "/spec/submitterPodTemplate", ctx)
+
+
 # --- the rest ------------------------------------------------------------------
 
 
@@ -963,6 +996,9 @@ _SCRAPERS: dict[tuple[str, str], _Scraper] = {
     ("grove.io", "PodCliqueSet"): _scrape_podcliqueset,
     ("", "Pod"): _scrape_pod,
     ("serving.kserve.io", "InferenceService"): _scrape_isvc,
+    ("ray.io", "RayCluster"): _scrape_raycluster,
+    ("ray.io", "RayService"): _scrape_rayservice,
+    ("ray.io", "RayJob"): _scrape_rayjob,
 }
 
 

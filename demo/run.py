@@ -1,15 +1,16 @@
 """`make demo`: the product working on a local, real control plane.
 
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
-   kube-controller-manager and the real LeaderWorkerSet, Grove and Dynamo
-   operators (tests/controlplane, `up --with lws,grove,dynamo`), or reuses the
-   running one;
+   kube-controller-manager and the real operators: the LeaderWorkerSet
+   controller, Grove, Dynamo, KServe, the NIM operator and KubeRay
+   (tests/controlplane, `up --with lws,grove,dynamo,kserve,nim,kuberay`, each as
+   its own ServiceAccount with its release's RBAC), or reuses the running ones;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
-4. plays the operator that does not run here (NIM): creates its children with
-   controller ownerReferences; the LWS, Dynamo and Grove chains are made by
-   their real operators, and Kubernetes' own controllers create ReplicaSets,
+4. plays only a CronJob's Job (`kubectl create job --from`): the LWS, Dynamo,
+   Grove, NIMService, InferenceService and RayService chains are made by their
+   real operators, and Kubernetes' own controllers create ReplicaSets,
    StatefulSet Pods and Job Pods;
 5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
    resolve; that is all it does to Pods;
@@ -37,11 +38,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.controlplane import cache_dir, child_env, owner_reference  # noqa: E402
+from tests.controlplane import cache_dir, child_env  # noqa: E402
 
 NS = "aibom-demo"
-#: The real components the demo runs (`up --with`); Dynamo requires Grove.
-COMPONENTS = ("lws", "grove", "dynamo")
 STATE = Path(os.environ.get("AIBOM_DEMO_DIR") or cache_dir() / "demo")
 UP_DIR = Path(os.environ.get("AIBOM_UP_DIR") or cache_dir() / "up")
 WEBHOOK_PORT = int(os.environ.get("AIBOM_DEMO_WEBHOOK_PORT", "18443"))
@@ -92,11 +91,17 @@ class Cluster:
 # -- 1. control plane ---------------------------------------------------------
 
 
+#: The real operators the demo runs (`up --with`): Dynamo requires Grove; KServe
+#: before the NIM operator, which watches InferenceServices only if their CRD is
+#: there when it starts (it requires lws).
+COMPONENTS = ("lws", "grove", "dynamo", "kserve", "nim", "kuberay")
+
+
 def control_plane() -> Cluster:
     step(
         "control plane (etcd, kube-apiserver, kube-controller-manager) and the real"
-        " LeaderWorkerSet, Grove and Dynamo operators from tests/controlplane (first run:"
-        " builds them, with progress)"
+        " LeaderWorkerSet, Grove, Dynamo, KServe, NIM and KubeRay operators from"
+        " tests/controlplane (first run: builds them, with progress)"
     )
     up = subprocess.run(
         [PY, "-m", "tests.controlplane", "up", "--with", ",".join(COMPONENTS),
@@ -214,27 +219,6 @@ def processes(cluster: Cluster) -> None:
 # -- 3-5. examples, operators, kubelet ------------------------------------------
 
 
-def _owner(obj: Obj) -> list[Obj]:
-    return [owner_reference(obj)]
-
-
-def _labelled(template: Obj, labels: dict[str, str]) -> Obj:
-    t: Obj = json.loads(json.dumps(template))
-    t.setdefault("metadata", {}).setdefault("labels", {}).update(labels)
-    return t
-
-
-def _deployment(name: str, owner: Obj, template: Obj, replicas: int) -> Obj:
-    sel = {"app.kubernetes.io/instance": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": sel, "ownerReferences": _owner(owner)},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": sel},
-                 "template": _labelled(template, sel)},
-    }  # fmt: skip
-
-
 def examples(cluster: Cluster) -> None:
     step(f"namespace {NS}, opted in with aibom.dev/enabled=true")
     cluster.kubectl("create", "namespace", NS, check=False)
@@ -247,6 +231,13 @@ def examples(cluster: Cluster) -> None:
 CHAINS = (
     ("real", "LeaderWorkerSet -> leader StatefulSet -> leader Pod -> worker StatefulSet"
      " -> worker Pods", "the LWS controller (sigs.k8s.io/lws) with Kubernetes' StatefulSet controller"),
+    ("real", "NIMService -> Deployment -> ReplicaSet -> Pod",
+     "the NIM operator (NVIDIA/k8s-nim-operator, from source) with kube-controller-manager"),
+    ("real", "InferenceService -> Deployment <name>-predictor -> ReplicaSet -> Pod",
+     "KServe's controller manager v0.20.0 (Standard mode; its Pod webhook adds the"
+     " storage-initializer) with kube-controller-manager"),
+    ("real", "RayService -> RayCluster -> head and worker Pods",
+     "the KubeRay operator v1.5.0 (ray-project/kuberay)"),
     ("real", "Deployment -> ReplicaSet -> Pod, StatefulSet -> Pod, Job -> Pod",
      "Kubernetes' own controllers (kube-controller-manager)"),
     ("real", "DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
@@ -256,8 +247,6 @@ CHAINS = (
      "the Dynamo operator, then the Grove operator (ai-dynamo/grove, built from source)"),
     ("real", "PodCliqueSet -> PodCliqueScalingGroup -> PodClique -> Pods",
      "the Grove operator"),
-    ("played", "NIMService -> Deployment",
-     "this script (the NIM operator's module is not served here)"),
     ("played", "CronJob -> Job", "this script (kubectl create job --from; the cronjob"
      " controller is real but would wait for the schedule)"),
     ("played", "Pod status (Running, imageID digests)", "this script, as a kubelet (no kubelet here)"),
@@ -265,17 +254,17 @@ CHAINS = (
 
 
 def operators(cluster: Cluster) -> None:
-    step("play the operator that cannot run here (NIM) and a CronJob's Job")
-    print("  not played: LeaderWorkerSet/vllm (the LWS controller), DynamoGraphDeployment/vllm-agg"
-          " and vllm-disagg (the Dynamo operator; Grove under vllm-disagg), PodCliqueSet/prefill"
-          " (the Grove operator)")  # fmt: skip
-
-    nim = cluster.get("nimservice", "meta-llama-3-2-1b-instruct")
-    assert nim is not None
-    image = f"{nim['spec']['image']['repository']}:{nim['spec']['image']['tag']}"
-    template = {"spec": {"containers": [{"name": "nim", "image": image}]}}
-    cluster.apply(_deployment(nim["metadata"]["name"], nim, template, 1))
-    print(f"  NIMService/{nim['metadata']['name']} -> Deployment/{nim['metadata']['name']}")
+    step("play a CronJob's Job (the real operators make every other chain)")
+    for what in (
+        "LeaderWorkerSet/vllm",
+        "DynamoGraphDeployment/vllm-agg and vllm-disagg (the Dynamo operator; Grove under"
+        " vllm-disagg)",
+        "PodCliqueSet/prefill (the Grove operator)",
+        "NIMService/meta-llama-3-2-1b-instruct",
+        "InferenceService/huggingface-llama2",
+        "RayService/rayservice-sample",
+    ):
+        print(f"  {what}: not played; its real operator makes its chain")  # fmt: skip
 
     if cluster.get("job", "nightly-eval-manual") is None:
         cluster.kubectl(
@@ -296,7 +285,8 @@ def kubelet(cluster: Cluster, timeout: float = 90) -> None:
                 "vllm-disagg-0-frontend", "vllm-disagg-0-vllmdecodeworker",
                 "vllm-disagg-0-vllmprefillworker", "prefill-0-prefill-0-pleader",
                 "prefill-0-prefill-0-pworker", "meta-llama-3-2-1b-instruct",
-                "nightly-eval-manual", "web", "debug-shell"}  # fmt: skip
+                "nightly-eval-manual", "web", "debug-shell",
+                "huggingface-llama2-predictor", "rayservice-sample"}  # fmt: skip
     deadline = time.monotonic() + timeout
     done: set[str] = set()
     while True:
@@ -306,14 +296,24 @@ def kubelet(cluster: Cluster, timeout: float = 90) -> None:
             if name in done or pod.get("status", {}).get("phase") == "Running":
                 done.add(name)
                 continue
-            statuses = [
-                {"name": c["name"], "image": c["image"], "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
-                 "ready": True, "restartCount": 0, "started": True,
-                 "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}}}
-                for c in pod["spec"]["containers"]
-            ]  # fmt: skip
-            patch = {"status": {"phase": "Running", "containerStatuses": statuses,
-                                "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+
+            def statuses(key: str, state: Obj, ready: bool, pod: Obj = pod) -> list[Obj]:
+                return [
+                    {"name": c["name"], "image": c["image"],
+                     "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
+                     "ready": ready, "restartCount": 0, "started": ready, "state": state}
+                    for c in pod["spec"].get(key, [])
+                ]  # fmt: skip
+
+            done_ = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+            running = {"running": {"startedAt": "2026-12-03T00:00:00Z"}}
+            patch = {"status": {
+                "phase": "Running",
+                "initContainerStatuses": statuses("initContainers", done_, ready=False),
+                "containerStatuses": statuses("containers", running, ready=True),
+                # KubeRay's RayCluster turns ready on these (its RayService status too).
+                "conditions": [{"type": "Ready", "status": "True"},
+                               {"type": "ContainersReady", "status": "True"}]}}  # fmt: skip
             cluster.kubectl("patch", "pod", name, "-n", NS, "--subresource=status", "--type=merge",
                             "-p", json.dumps(patch))  # fmt: skip
             done.add(name)
@@ -338,6 +338,8 @@ EXPECTED_DOCS = {
     "aibom-podcliqueset-prefill",
     "aibom-leaderworkerset-vllm",
     "aibom-nimservice-meta-llama-3-2-1b-instruct",
+    "aibom-inferenceservice-huggingface-llama2",
+    "aibom-rayservice-rayservice-sample",
     "aibom-cronjob-nightly-eval",
     "aibom-deployment-web",
 }
@@ -375,7 +377,10 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
         )
 
     step("the roll-up tree: kubectl get ... -o json | aibom-rollup tree (the offline mode)")
-    kinds = "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice,pcs,pcsg,pclq"
+    kinds = (
+        "deploy,rs,sts,job,cronjob,pod,lws,dgd,dcd,nimservice,pcs,pcsg,pclq,isvc,"
+        "rayservice,raycluster"
+    )
     dump = cluster.kubectl("get", kinds, "-n", NS, "-o", "json")
     (STATE / "dump.json").write_text(dump)
     print(subprocess.run([PY, "-m", "aibom_rollup", "tree", "-"], input=dump, capture_output=True,
@@ -455,29 +460,36 @@ def plugin(cluster: Cluster) -> None:
         print((proc.stdout + proc.stderr).rstrip())
 
 
+#: The objects the real operators made, by selector: their controller and field managers.
+REAL_MADE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("statefulsets,pods", ("-l", "leaderworkerset.sigs.k8s.io/name=vllm")),
+    ("dynamocomponentdeployments,deployments", ("-l", f"{GRAPH_LABEL}=vllm-agg")),
+    ("podcliquesets", ("--field-selector", "metadata.name=vllm-disagg")),
+    ("podcliques", ("-l", f"{GRAPH_LABEL}=vllm-disagg")),
+    ("podcliquescalinggroups,podcliques", ("-l", "app.kubernetes.io/part-of=prefill")),
+    ("deployments", ("-l", "app.kubernetes.io/managed-by=k8s-nim-operator")),
+    ("deployments", ("-l", "serving.kserve.io/inferenceservice=huggingface-llama2")),
+    ("rayclusters", ("-l", "ray.io/originated-from-cr-name=rayservice-sample")),
+    ("pods", ("-l", "ray.io/is-ray-node=yes")),
+)
+
+
 def chains(cluster: Cluster) -> None:
-    step("who made what: the LWS, Dynamo and Grove chains as their real operators made"
-         " them (controller reference, field managers), and what is played")  # fmt: skip
-    made = [
-        o
-        for kinds, select in (
-            ("statefulsets,pods", "-l=leaderworkerset.sigs.k8s.io/name=vllm"),
-            ("dynamocomponentdeployments,deployments", f"-l={GRAPH_LABEL}=vllm-agg"),
-            ("podcliquesets", "--field-selector=metadata.name=vllm-disagg"),
-            ("podcliques", f"-l={GRAPH_LABEL}=vllm-disagg"),
-            ("podcliquescalinggroups,podcliques", "-l=app.kubernetes.io/part-of=prefill"),
-        )
-        for o in json.loads(cluster.kubectl(
-            "get", kinds, "-n", NS, select, "-o", "json", "--show-managed-fields",
-        ))["items"]
-    ]  # fmt: skip
+    step("who made what: the real operators' objects (controller reference, field"
+         " managers), and what is played")  # fmt: skip
+    made: list[Obj] = []
+    for kinds, selector in REAL_MADE:
+        got = json.loads(cluster.kubectl(
+            "get", kinds, "-n", NS, *selector, "-o", "json", "--show-managed-fields"
+        ))["items"]  # fmt: skip
+        made += sorted(got, key=lambda o: (o["kind"], o["metadata"]["name"]))
     for obj in made:
         refs = obj["metadata"].get("ownerReferences", [])
         ctrl = next((f"{r['kind']}/{r['name']}" for r in refs if r.get("controller")), "-")
         managers = sorted({m["manager"] for m in obj["metadata"].get("managedFields", [])
                            if not m.get("subresource")})  # fmt: skip
         what = f"{obj['kind']}/{obj['metadata']['name']}"
-        print(f"  {what:22s} controller: {ctrl:26s} field managers: {', '.join(managers)}")
+        print(f"  {what:50s} controller: {ctrl:40s} managers: {', '.join(managers)}")
     for kind, chain, by in CHAINS:
         print(f"  [{kind:6s}] {chain}\n           by {by}")
 

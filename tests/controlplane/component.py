@@ -3,9 +3,11 @@
 An operator, a policy engine, a registry, a scheduler: each is one short module of
 ``tests/controlplane/components/`` with one :class:`Component` subclass that says
 
-- **what to build**: :meth:`Component.build` (a :class:`~tests.controlplane.gobuild.GoBuild`
-  through the one builder; cached, locked, with progress), called before any
-  test starts so that no build counts against a test's timeout;
+- **what to build**: :attr:`Component.go_build` (a :class:`~tests.controlplane.gobuild.GoBuild`
+  that :meth:`Component.build` makes through the one builder; cached, locked,
+  with progress), called before any test starts so that no build counts
+  against a test's timeout; :attr:`Component.dist_dir` is its folder and
+  :func:`rendered` reads the release it rendered;
 - **how to start it**: :meth:`Component.start`, which applies what its release
   applies (CRDs, Namespace, ServiceAccount, RBAC), runs it as **its own
   ServiceAccount** (:meth:`Component.run_as`: a TokenRequest token, never admin),
@@ -26,11 +28,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+import yaml
+
+from tests.controlplane.gobuild import GoBuild, ensure
 from tests.controlplane.paths import log
 from tests.controlplane.process import Process
 
@@ -42,6 +48,22 @@ REGISTRY: dict[str, type[Component]] = {}
 
 #: How long a ServiceAccount token of a component lasts (a test session, a demo).
 TOKEN_SECONDS = 7 * 24 * 3600
+
+#: What :meth:`Component.apply_release` applies of a release by default: what its
+#: installer puts in the cluster for the operator itself, less its Deployment,
+#: Services, Secrets and webhook configurations (the operator is a local process;
+#: its webhooks are registered by :meth:`Component.webhooks_on_loopback`).
+RELEASE_KINDS: Final = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ServiceAccount", "Role", "ClusterRole",
+     "RoleBinding", "ClusterRoleBinding"}
+)  # fmt: skip
+
+
+def rendered(build: GoBuild, name: str) -> list[dict[str, Any]]:
+    """The YAML documents of a file the build's render step wrote (``release.yaml``,
+    ``samples/x.yaml``), built and rendered unless cached."""
+    text = (ensure(build) / name).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def register(cls: type[Component]) -> type[Component]:
@@ -64,6 +86,8 @@ class Component:
     #: CRD files of :data:`DEFAULT_CRD_FILES` (by file-name prefix) whose CRDs its
     #: release installs instead: ``plane.install_crds()`` leaves them alone while it runs.
     owns_crd_files: ClassVar[tuple[str, ...]] = ()
+    #: What it runs, through the one builder (None: nothing to build).
+    go_build: ClassVar[GoBuild | None] = None
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -77,6 +101,14 @@ class Component:
     @classmethod
     def build(cls) -> None:
         """Build what it runs, unless cached (a no-op for what needs no build)."""
+        if cls.go_build is not None:
+            ensure(cls.go_build)
+
+    @property
+    def dist_dir(self) -> Path:
+        """Its build's folder: ``bin/`` and what the build rendered beside it."""
+        assert self.go_build is not None, f"{self.name} has no build"
+        return ensure(self.go_build)
 
     def start(self) -> None:
         raise NotImplementedError
@@ -144,6 +176,44 @@ class Component:
         """Wait for ``ready()``; fail early when one of its processes exits."""
         first, *others = self.processes
         first.wait_ready(f"{self.name}: {what}", ready, timeout, also=others)
+
+    def apply_release(
+        self, docs: Iterable[dict[str, Any]], kinds: Iterable[str] = RELEASE_KINDS
+    ) -> list[dict[str, Any]]:
+        """Apply (as the installer would, admin) the release's objects of ``kinds``;
+        return once its CRDs are Established. Returns what was applied."""
+        wanted = frozenset(kinds)
+        base = [d for d in docs if d["kind"] in wanted]
+        self.plane.apply(base)
+        self.plane.wait_established(
+            d["metadata"]["name"] for d in base if d["kind"] == "CustomResourceDefinition"
+        )
+        return base
+
+    def controller_runtime_certs(self) -> dict[str, str]:
+        """A serving certificate (cluster CA, IP SAN 127.0.0.1) where a controller-runtime
+        webhook server with no ``CertDir`` looks: ``$TMPDIR/k8s-webhook-server/serving-certs``.
+        Returns the environment that points it there (``TMPDIR``)."""
+        serving = self.plane.issue_serving_cert(f"{self.name}-webhook")
+        tmp = self.work_dir / "tmp"
+        certs = tmp / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(serving.cert_file, certs / "tls.crt")
+        shutil.copyfile(serving.key_file, certs / "tls.key")
+        return {"TMPDIR": str(tmp)}
+
+    def workers_started(self, *controllers: str) -> bool:
+        """Each of these controller-runtime controllers (lowercase names) logged
+        ``Starting workers``: its informers synced, it acts on what is created from
+        now on. The name is the line's ``controller`` key, or its ``logger``'s
+        ``controllers.<Name>`` where an operator names loggers that way (KubeRay)."""
+        started = set()
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if "Starting workers" in line:
+                names = re.findall(r'"controller":\s*"([A-Za-z0-9_-]+)"', line)
+                names += re.findall(r'"logger":\s*"controllers\.([A-Za-z0-9_-]+)"', line)
+                started |= {n.lower() for n in names}
+        return set(controllers) <= started
 
     def webhooks_on_loopback(
         self, docs: Iterable[dict[str, Any]], port: int

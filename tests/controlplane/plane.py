@@ -61,6 +61,9 @@ DEFAULT_CRD_FILES: Final = (
     "nim-operator/crds/apps.nvidia.com_nimservices.yaml",
     "nim-operator/crds/apps.nvidia.com_nimcaches.yaml",
     "k8s-aibom/crds/external/serving.kserve.io_inferenceservices.yaml",
+    "kuberay/crds/ray.io_rayclusters.yaml",
+    "kuberay/crds/ray.io_rayjobs.yaml",
+    "kuberay/crds/ray.io_rayservices.yaml",
 )
 
 _DATA_DIR_PREFIX: Final = "aibom-cp-"

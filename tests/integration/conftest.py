@@ -48,6 +48,14 @@ For the webhook's tests:
   labelled ``selector``) and returns it; every one is unregistered and
   stopped after the module. A module's ``webhook`` fixture calls it.
 
+For real operators' chains (``tests/integration/chains.py``):
+
+- ``provenance_guard`` (module): the shipped guard (``manifests/provenance``)
+  applied for the module, removed after it.
+- ``spaces`` (function): a guarded and an unguarded opted-in namespace, a
+  Pod-only tenant in each, one annotator for both and the played kubelet
+  (``chains.operator_namespaces``); needs the module's ``webhook`` fixture.
+
 Helpers (waiting, objects, the webhook and annotator processes) are in
 ``tests/integration/support.py``.
 
@@ -73,6 +81,7 @@ import pytest
 from tests.controlplane import Component, ControlPlane, ControlPlaneError, Kubectl
 from tests.controlplane.__main__ import build_all
 from tests.controlplane.gotools import ensure_tool
+from tests.integration.chains import Spaces, guard_applied, operator_namespaces
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -265,3 +274,24 @@ def start_webhook(
             return running.enter_context(hook)
 
         yield make
+
+
+@pytest.fixture(scope="module")
+def provenance_guard(kubectl: Kubectl) -> Iterator[None]:
+    with guard_applied(kubectl):
+        yield
+
+
+@pytest.fixture
+def spaces(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    webhook: Webhook,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Spaces]:
+    request.getfixturevalue("provenance_guard")
+    module = request.module.__name__.rpartition(".")[2].removeprefix("test_")
+    prefix = module.replace("_", "-")[:12].strip("-")
+    with operator_namespaces(control_plane, kubectl, webhook, tmp_path, prefix=prefix) as s:
+        yield s

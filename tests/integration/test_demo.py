@@ -38,21 +38,31 @@ DEMO_OUTPUT = (
     "DynamoGraphDeployment/vllm-agg  [root]",
     "verdict: rolled-up -> DynamoGraphDeployment/vllm-agg",
     "the carried stamp is current",
-    # The LWS chain is the real controller's (its field manager), not played.
-    "StatefulSet/vllm-0     controller: Pod/vllm-0",
-    "field managers: lws",
+    # The LWS, NIM, KServe and KubeRay chains are the real operators' (their
+    # controller references and field managers), not played.
+    *(f"{what:50s} controller: {by}" for what, by in (
+        ("StatefulSet/vllm-0", "Pod/vllm-0"),
+        ("Deployment/meta-llama-3-2-1b-instruct", "NIMService/meta-llama-3-2-1b-instruct"),
+        ("Deployment/huggingface-llama2-predictor", "InferenceService/huggingface-llama2"),
+    )),
+    "controller: RayService/rayservice-sample",
+    "managers: lws",
     "[real  ] LeaderWorkerSet -> leader StatefulSet",
     # So are the Dynamo and Grove chains (their operators' field managers).
-    "Deployment/vllm-agg-frontend controller: DynamoComponentDeployment/vllm-agg-frontend"
-    " field managers: dynamo-operator",
-    "PodClique/vllm-disagg-0-frontend controller: PodCliqueSet/vllm-disagg",
-    "field managers: grove-operator",
+    *(f"{what:50s} controller: {by}" for what, by in (
+        ("Deployment/vllm-agg-frontend", "DynamoComponentDeployment/vllm-agg-frontend"),
+        ("PodClique/vllm-disagg-0-frontend", "PodCliqueSet/vllm-disagg"),
+    )),
+    "managers: dynamo-operator",
+    "managers: grove-operator",
     "PodCliqueSet/vllm-disagg  [rolled-up] -> DynamoGraphDeployment/vllm-disagg",
     "PodCliqueSet/prefill  [root]",
     "[real  ] DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment",
     "[real  ] DynamoGraphDeployment -> PodCliqueSet -> PodClique -> Pods",
-    "[played] NIMService -> Deployment",
-)
+    "[real  ] NIMService -> Deployment",
+    "[real  ] InferenceService -> Deployment",
+    "[real  ] RayService -> RayCluster",
+)  # fmt: skip
 
 
 def test_make_demo(tmp_path: Path) -> None:
@@ -67,7 +77,7 @@ def test_make_demo(tmp_path: Path) -> None:
     demo = [sys.executable, str(REPO_ROOT / "demo" / "run.py")]
     try:
         run = subprocess.run(
-            demo, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400, check=False
+            demo, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False
         )
         out = run.stdout
         assert run.returncode == 0, out[-3000:] + run.stderr[-3000:]
@@ -100,9 +110,11 @@ def test_make_demo(tmp_path: Path) -> None:
             "aibom-deployment-web",
             "aibom-dynamographdeployment-vllm-agg",
             "aibom-dynamographdeployment-vllm-disagg",
+            "aibom-inferenceservice-huggingface-llama2",
             "aibom-leaderworkerset-vllm",
             "aibom-nimservice-meta-llama-3-2-1b-instruct",
             "aibom-podcliqueset-prefill",
+            "aibom-rayservice-rayservice-sample",
         ]
     finally:
         subprocess.run(

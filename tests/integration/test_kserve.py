@@ -1,9 +1,11 @@
-"""KServe InferenceService on the real control plane, with the upstream v1beta1 CRD.
+"""KServe InferenceService on the real control plane, with the upstream v1beta1 CRD:
+an adoption KServe never does.
 
-KServe's controller is not built here, so the test plays its RawDeployment
-mode: it writes the Deployment KServe would make (its `kserve-container`, the
-storage-initializer init container) and then the controller ownerReference
-KServe's controller sets. Kubernetes' own deployment controller makes the
+KServe's own chain, made by its real controller manager, is in
+test_kserve_operator.py. This module plays what the controller never does:
+a predictor-shaped Deployment (its `kserve-container`, the storage-initializer
+init container) created without an owner and adopted later, by a controller
+ownerReference the test writes. Kubernetes' own deployment controller makes the
 ReplicaSet and Pods. The real webhook stamps at admission and the real
 annotator writes the documents.
 """

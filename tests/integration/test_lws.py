@@ -8,8 +8,12 @@ each leader Pod, the worker StatefulSet owned by that Pod; the real
 kube-controller-manager creates the Pods and garbage-collects. Our webhook
 (its shipped ClusterRole, its configuration) stamps them, and our annotator
 (its shipped ClusterRole) writes the documents. The only stand-in is the
-kubelet (tests/integration/kubelet.py: each Pod's status, Running, Ready, and
-an imageID whose digest is derived from the image and the Pod's name).
+kubelet (tests/integration/kubelet.py): a thread writes each Pod's status
+(Running, Ready, and an imageID whose digest is derived from the image and the
+Pod's name) through pods/status, as a kubelet would once the container runs.
+One digest per Pod and image: a digest names at most 3 Pods in a document
+(MAX_POD_EVIDENCE), so with one digest per image the document could not show
+that every Pod's report reached it.
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ PLURAL = {
     "PodClique": "podcliques",
     "DisaggregatedSet": "disaggregatedsets",
     "InferenceService": "inferenceservices",
+    "RayService": "rayservices",
+    "RayJob": "rayjobs",
+    "RayCluster": "rayclusters",
     # Knative Serving (KServe Serverless mode); only serving.knative.dev's
     # Service is in the registry, never the core one.
     "Service": "services",

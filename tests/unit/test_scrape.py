@@ -128,6 +128,18 @@ def _template(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 C = {"name": "app", "image": "reg.io/app:1"}
+# The shape of KubeRay's config/samples (ray-service.sample.yaml), two worker groups.
+RAY_SPEC = {
+    "rayVersion": "2.46.0",
+    "headGroupSpec": {"rayStartParams": {}, "template": _template(
+        {"name": "ray-head", "image": "rayproject/ray:2.46.0"})},
+    "workerGroupSpecs": [
+        {"groupName": "small-group", "replicas": 1, "rayStartParams": {},
+         "template": _template({"name": "ray-worker", "image": "ray-w:1"})},
+        {"groupName": "gpu-group", "replicas": 1, "rayStartParams": {},
+         "template": _template({"name": "gpu", "image": "ray-g:1"})},
+    ],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -190,6 +202,34 @@ C = {"name": "app", "image": "reg.io/app:1"}
          [("/spec", "", "nvcr.io/nim/meta/llama3-8b-instruct:1.0"),
           ("/spec/initContainers/0", "i", "busybox:1"),
           ("/spec/sidecarContainers/0", "s", "envoy:v1")]),
+        # KubeRay v1: a RayClusterSpec (head group, worker groups), alone or inside.
+        ({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+          "spec": RAY_SPEC},
+         [("/spec/headGroupSpec/template/spec/containers/0", "ray-head", "rayproject/ray:2.46.0"),
+          ("/spec/workerGroupSpecs/0/template/spec/containers/0", "ray-worker", "ray-w:1"),
+          ("/spec/workerGroupSpecs/1/template/spec/containers/0", "gpu", "ray-g:1")]),
+        ({"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "r"},
+          "spec": {"serveConfigV2": "applications: []", "rayClusterConfig": RAY_SPEC}},
+         [("/spec/rayClusterConfig/headGroupSpec/template/spec/containers/0", "ray-head",
+           "rayproject/ray:2.46.0"),
+          ("/spec/rayClusterConfig/workerGroupSpecs/0/template/spec/containers/0", "ray-worker",
+           "ray-w:1"),
+          ("/spec/rayClusterConfig/workerGroupSpecs/1/template/spec/containers/0", "gpu",
+           "ray-g:1")]),
+        ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"},
+          "spec": {"entrypoint": "python x.py", "rayClusterSpec": RAY_SPEC,
+                   "submitterPodTemplate": _template({"name": "submit", "image": "sub:1"})}},
+         [("/spec/rayClusterSpec/headGroupSpec/template/spec/containers/0", "ray-head",
+           "rayproject/ray:2.46.0"),
+          ("/spec/rayClusterSpec/workerGroupSpecs/0/template/spec/containers/0", "ray-worker",
+           "ray-w:1"),
+          ("/spec/rayClusterSpec/workerGroupSpecs/1/template/spec/containers/0", "gpu",
+           "ray-g:1"),
+          ("/spec/submitterPodTemplate/spec/containers/0", "submit", "sub:1")]),
+        # A RayJob that runs on an existing cluster (clusterSelector): nothing of its own.
+        ({"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"},
+          "spec": {"entrypoint": "python x.py", "clusterSelector": {"ray.io/cluster": "c"}}},
+         []),
     ],
 )  # fmt: skip
 def test_kinds(obj: dict[str, Any], expected: list[tuple[str, str, str]]) -> None:
@@ -402,6 +442,12 @@ ODD: list[Any] = [
      "spec": {"image": "nvcr.io/nim/a/b:1", "storage": {"nimCache": "x"}}, "status": []},
     {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
      "spec": {"leaderWorkerTemplate": {"leaderTemplate": None, "workerTemplate": 5}}},
+    {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+     "spec": {"headGroupSpec": [], "workerGroupSpecs": {"a": 1}}},
+    {"apiVersion": "ray.io/v1", "kind": "RayJob",
+     "spec": {"rayClusterSpec": {"workerGroupSpecs": [None, {"template": 3}]},
+              "submitterPodTemplate": "x"}},
+    {"apiVersion": "ray.io/v1", "kind": "RayService", "spec": {"rayClusterConfig": None}},
 ]  # fmt: skip
 
 

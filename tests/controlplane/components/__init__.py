@@ -6,6 +6,6 @@ module here and to the import list below to add one.
 
 from __future__ import annotations
 
-from tests.controlplane.components import dynamo, grove, lws
+from tests.controlplane.components import dynamo, grove, kserve, kuberay, lws, nim
 
-__all__ = ["dynamo", "grove", "lws"]
+__all__ = ["dynamo", "grove", "kserve", "kuberay", "lws", "nim"]
