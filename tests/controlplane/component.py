@@ -25,10 +25,12 @@ a,b`` starts them for the demo and by hand. The benches use the same calls.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from tests.controlplane.paths import log
 from tests.controlplane.process import Process
@@ -41,6 +43,15 @@ REGISTRY: dict[str, type[Component]] = {}
 
 #: How long a ServiceAccount token of a component lasts (a test session, a demo).
 TOKEN_SECONDS = 7 * 24 * 3600
+
+#: What :meth:`Component.apply_release` applies of a release by default: what its
+#: installer puts in the cluster for the operator itself, less its Deployment,
+#: Services, Secrets and webhook configurations (the operator is a local process;
+#: its webhooks are registered by :meth:`Component.webhooks_on_loopback`).
+RELEASE_KINDS: Final = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ServiceAccount", "Role", "ClusterRole",
+     "RoleBinding", "ClusterRoleBinding"}
+)  # fmt: skip
 
 
 def register(cls: type[Component]) -> type[Component]:
@@ -143,6 +154,41 @@ class Component:
         """Wait for ``ready()``; fail early when one of its processes exits."""
         first, *others = self.processes
         first.wait_ready(f"{self.name}: {what}", ready, timeout, also=others)
+
+    def apply_release(
+        self, docs: Iterable[dict[str, Any]], kinds: Iterable[str] = RELEASE_KINDS
+    ) -> list[dict[str, Any]]:
+        """Apply (as the installer would, admin) the release's objects of ``kinds``;
+        return once its CRDs are Established. Returns what was applied."""
+        wanted = frozenset(kinds)
+        base = [d for d in docs if d["kind"] in wanted]
+        self.plane.apply(base)
+        self.plane.wait_established(
+            d["metadata"]["name"] for d in base if d["kind"] == "CustomResourceDefinition"
+        )
+        return base
+
+    def controller_runtime_certs(self) -> dict[str, str]:
+        """A serving certificate (cluster CA, IP SAN 127.0.0.1) where a controller-runtime
+        webhook server with no ``CertDir`` looks: ``$TMPDIR/k8s-webhook-server/serving-certs``.
+        Returns the environment that points it there (``TMPDIR``)."""
+        serving = self.plane.issue_serving_cert(f"{self.name}-webhook")
+        tmp = self.work_dir / "tmp"
+        certs = tmp / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(serving.cert_file, certs / "tls.crt")
+        shutil.copyfile(serving.key_file, certs / "tls.key")
+        return {"TMPDIR": str(tmp)}
+
+    def workers_started(self, *controllers: str) -> bool:
+        """Each of these controller-runtime controllers logged ``Starting workers``
+        (its informers synced: it acts on what is created from now on)."""
+        text = self.log_path.read_text(errors="replace")
+        started = {
+            m.group(1)
+            for m in re.finditer(r'Starting workers.*?"controller":\s*"([A-Za-z0-9_-]+)"', text)
+        }
+        return set(controllers) <= started
 
     def webhooks_on_loopback(
         self, docs: Iterable[dict[str, Any]], port: int

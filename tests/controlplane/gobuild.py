@@ -100,7 +100,7 @@ class GoBuild:
     #: more work after a good build: ``render(source_dir, staging_dir)`` may write
     #: files (a release's manifests) into the staging folder, kept beside ``bin/``
     render: Callable[[Path, Path], None] | None = None
-    #: the files ``render`` writes (a cache hit needs them too)
+    #: the files (or folders) ``render`` writes (a cache hit needs them too)
     outputs: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -123,6 +123,20 @@ def go_ldflags(variables: Mapping[str, Mapping[str, str]]) -> str:
 def module_dir(name: str) -> Path:
     """The folder of one of our Go modules (``modules/<name>``)."""
     return MODULES_DIR / name
+
+
+def module_source(module_folder: Path, module: str) -> Path:
+    """Where the Go module cache holds ``module`` at the version our module in
+    ``module_folder`` pins (downloaded, checked against its go.sum, if needed): a
+    release's own ``config/`` and samples are read from there."""
+    env = dict(os.environ, GOFLAGS="-mod=readonly")
+    res = subprocess.run(
+        [find_go(), "mod", "download", "-json", module],
+        cwd=module_folder, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise BuildError(f"go mod download {module} failed: {res.stderr[-2000:]}")
+    return Path(json.loads(res.stdout)["Dir"])
 
 
 def key(build: GoBuild) -> str:
@@ -163,7 +177,7 @@ def binary(build: GoBuild, name: str | None = None) -> Path:
 
 def _have(build: GoBuild, key_dir: Path) -> bool:
     return all(os.access(key_dir / "bin" / name, os.X_OK) for name in build.mains) and all(
-        (key_dir / name).is_file() for name in build.outputs
+        (key_dir / name).exists() for name in build.outputs
     )
 
 

@@ -4,10 +4,12 @@ whose ``tool`` directives name upstream's own main packages (see README.md)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Final
 
-from tests.controlplane.gobuild import GoBuild, binary, ensure, go_ldflags, module_dir
+from tests.controlplane.gobuild import BuildError, GoBuild, binary, ensure, go_ldflags, module_dir
+from tests.controlplane.process import child_env
 
 #: The Kubernetes release every binary is built from (k8s.io/kubernetes in go.mod).
 K8S_VERSION: Final = "v1.36.3"
@@ -66,3 +68,15 @@ def ensure_binaries() -> Path:
 def kubectl_path() -> Path:
     """The kubectl built from the same release as the API server (builds if needed)."""
     return binary(BUILD, "kubectl")
+
+
+def kustomize(directory: Path) -> str:
+    """``kubectl kustomize DIRECTORY`` with that kubectl: how an operator's release
+    manifests are rendered from its own ``config/`` (its Makefile runs kustomize)."""
+    res = subprocess.run(
+        [str(kubectl_path()), "kustomize", str(directory)],
+        env=child_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise BuildError(f"kubectl kustomize {directory} failed: {res.stderr}")
+    return res.stdout

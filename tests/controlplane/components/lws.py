@@ -15,17 +15,15 @@ LeaderWorkerSet comes back defaulted by its webhook, and its controllers run.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 import yaml
 
 from tests.controlplane.component import Component, register
-from tests.controlplane.gobuild import BuildError, GoBuild, ensure, find_go, go_ldflags, module_dir
-from tests.controlplane.kubernetes import kubectl_path
-from tests.controlplane.process import child_env, free_ports, http_ok
+from tests.controlplane.gobuild import GoBuild, ensure, go_ldflags, module_dir, module_source
+from tests.controlplane.kubernetes import kustomize
+from tests.controlplane.process import free_ports, http_ok
 
 #: The LeaderWorkerSet release (modules/lws/go.mod).
 VERSION: Final = "v0.9.0"
@@ -36,32 +34,13 @@ MAIN: Final = "sigs.k8s.io/lws/cmd"
 #: Where the release puts the controller, and as whom it runs.
 NAMESPACE: Final = "lws-system"
 SERVICE_ACCOUNT: Final = "lws-controller-manager"
-#: What ``start`` applies from the release.
-_APPLIED_KINDS: Final = frozenset(
-    {"Namespace", "CustomResourceDefinition", "ServiceAccount", "Role", "ClusterRole",
-     "RoleBinding", "ClusterRoleBinding"}
-)  # fmt: skip
 
 
 def _render(_module: Path, staging: Path) -> None:
     """``release.yaml``: ``kubectl kustomize config/default`` of the same module."""
-    env = child_env()
-    env["GOFLAGS"] = "-mod=readonly"
-    res = subprocess.run(
-        [find_go(), "mod", "download", "-json", "sigs.k8s.io/lws"],
-        cwd=module_dir("lws"), env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if res.returncode != 0:
-        raise BuildError(f"go mod download sigs.k8s.io/lws failed: {res.stderr[-2000:]}")
-    source = Path(json.loads(res.stdout)["Dir"])
-    res = subprocess.run(
-        [str(kubectl_path()), "kustomize", str(source / "config" / "default")],
-        env=child_env(), capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if res.returncode != 0:
-        raise BuildError(f"kubectl kustomize {source}/config/default failed: {res.stderr}")
+    source = module_source(module_dir("lws"), "sigs.k8s.io/lws")
     header = f"# kubectl kustomize config/default of sigs.k8s.io/lws@{VERSION} ({source})\n"
-    (staging / "release.yaml").write_text(header + res.stdout)
+    (staging / "release.yaml").write_text(header + kustomize(source / "config" / "default"))
 
 
 BUILD: Final = GoBuild(
@@ -120,17 +99,13 @@ class Lws(Component):
     def start(self) -> None:
         began = self.began()
         docs = release()
-        base = [d for d in docs if d["kind"] in _APPLIED_KINDS]
-        for doc in base:
+        for doc in docs:
             if doc["kind"] == "CustomResourceDefinition":
                 # The release routes conversion to its webhook Service; only v1 is
                 # served, so the API server never converts, and v0.9.0 registers
                 # no /convert handler: no conversion, nothing to route.
                 doc["spec"]["conversion"] = {"strategy": "None"}
-        self.plane.apply(base)
-        self.plane.wait_established(
-            d["metadata"]["name"] for d in base if d["kind"] == "CustomResourceDefinition"
-        )
+        self.apply_release(docs)
         kubeconfig = self.run_as(NAMESPACE, SERVICE_ACCOUNT)
         serving = self.plane.issue_serving_cert("lws-webhook")  # tls.crt and tls.key
         self.webhook_port, self.health_port, metrics_port = free_ports(3)
@@ -155,7 +130,10 @@ class Lws(Component):
         self.plane.apply(self.webhooks_on_loopback(hooks, self.webhook_port))
         self.wait("/readyz", lambda: http_ok(self.health_port, "/readyz"))
         self.wait("its mutating webhook (a server dry-run create)", self._webhook_defaults)
-        self.wait("the LeaderWorkerSet and Pod controllers' workers", self.workers_started)
+        self.wait(
+            "the LeaderWorkerSet and Pod controllers' workers",
+            lambda: self.workers_started("leaderworkerset", "pod"),
+        )
         self.ready_after(began)
 
     def _webhook_defaults(self) -> bool:
@@ -173,11 +151,3 @@ class Lws(Component):
         )
         # Set by the webhook's Default(), not by a CRD default.
         return resp.ok and bool(resp.json()["spec"].get("networkConfig", {}).get("subdomainPolicy"))
-
-    def workers_started(self) -> bool:
-        """Its LeaderWorkerSet and Pod controllers logged ``Starting workers``."""
-        text = self.log_path.read_text(errors="replace")
-        started = {
-            m.group(1) for m in re.finditer(r'Starting workers.*?"controller": "([a-z]+)"', text)
-        }
-        return {"leaderworkerset", "pod"} <= started
