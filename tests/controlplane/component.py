@@ -216,3 +216,28 @@ class Component:
     def ready_after(self, began: float) -> None:
         self.started_in = time.monotonic() - began
         log(f"{self.summary} ready as {self.user or 'itself'} in {self.started_in:.1f} s")
+
+
+def release_deployment(docs: Iterable[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The release's Deployment ``name`` (how its operator would run in a cluster)."""
+    found: dict[str, Any] = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+    )
+    return found
+
+
+def release_container(
+    docs: Iterable[dict[str, Any]], deployment: str
+) -> tuple[list[str], dict[str, str]]:
+    """The arguments and literal environment (not what comes from the Pod's own fields)
+    of the first container of a release's Deployment: how the component runs it."""
+    container = release_deployment(docs, deployment)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    return list(container.get("args", [])), env
+
+
+def with_flags(args: Iterable[str], **values: str) -> list[str]:
+    """``args`` with every ``--name=...`` named in ``values`` replaced by its value
+    (appended), the rest (repeated flags included) kept in order."""
+    kept = [a for a in args if a.split("=", 1)[0].lstrip("-") not in values]
+    return kept + [f"--{name}={value}" for name, value in values.items()]
