@@ -3,9 +3,11 @@
 An operator, a policy engine, a registry, a scheduler: each is one short module of
 ``tests/controlplane/components/`` with one :class:`Component` subclass that says
 
-- **what to build**: :meth:`Component.build` (a :class:`~tests.controlplane.gobuild.GoBuild`
-  through the one builder; cached, locked, with progress), called before any
-  test starts so that no build counts against a test's timeout;
+- **what to build**: :attr:`Component.go_build` (a :class:`~tests.controlplane.gobuild.GoBuild`
+  that :meth:`Component.build` makes through the one builder; cached, locked,
+  with progress), called before any test starts so that no build counts
+  against a test's timeout; :attr:`Component.dist_dir` is its folder and
+  :func:`rendered` reads the release it rendered;
 - **how to start it**: :meth:`Component.start`, which applies what its release
   applies (CRDs, Namespace, ServiceAccount, RBAC), runs it as **its own
   ServiceAccount** (:meth:`Component.run_as`: a TokenRequest token, never admin),
@@ -32,6 +34,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+import yaml
+
+from tests.controlplane.gobuild import GoBuild, ensure, module_source
 from tests.controlplane.paths import log
 from tests.controlplane.process import Process
 
@@ -54,6 +59,13 @@ RELEASE_KINDS: Final = frozenset(
 )  # fmt: skip
 
 
+def rendered(build: GoBuild, name: str) -> list[dict[str, Any]]:
+    """The YAML documents of a file the build's render step wrote (``release.yaml``,
+    ``samples/x.yaml``), built and rendered unless cached."""
+    text = (ensure(build) / name).read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
 def register(cls: type[Component]) -> type[Component]:
     """Class decorator: make ``cls`` startable by its ``name``."""
     if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
@@ -74,6 +86,8 @@ class Component:
     #: CRD files of :data:`DEFAULT_CRD_FILES` (by file-name prefix) whose CRDs its
     #: release installs instead: ``plane.install_crds()`` leaves them alone while it runs.
     owns_crd_files: ClassVar[tuple[str, ...]] = ()
+    #: What it runs, through the one builder (None: nothing to build).
+    go_build: ClassVar[GoBuild | None] = None
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -87,6 +101,14 @@ class Component:
     @classmethod
     def build(cls) -> None:
         """Build what it runs, unless cached (a no-op for what needs no build)."""
+        if cls.go_build is not None:
+            ensure(cls.go_build)
+
+    @property
+    def dist_dir(self) -> Path:
+        """Its build's folder: ``bin/`` and what the build rendered beside it."""
+        assert self.go_build is not None, f"{self.name} has no build"
+        return ensure(self.go_build)
 
     def start(self) -> None:
         raise NotImplementedError
@@ -241,3 +263,16 @@ def with_flags(args: Iterable[str], **values: str) -> list[str]:
     (appended), the rest (repeated flags included) kept in order."""
     kept = [a for a in args if a.split("=", 1)[0].lstrip("-") not in values]
     return kept + [f"--{name}={value}" for name, value in values.items()]
+
+
+def module_file(module_folder: Path, module: str, path: str) -> Callable[[Path, Path], None]:
+    """A build's ``render`` step: ``release.yaml`` is the file ``path`` of ``module``
+    at the version our module in ``module_folder`` pins (a release's own rendered
+    manifest), under a first line saying where it came from."""
+
+    def render(_cwd: Path, staging: Path) -> None:
+        source = module_source(module_folder, module)
+        header = f"# {path} of {module} ({source})\n"
+        (staging / "release.yaml").write_text(header + (source / path).read_text())
+
+    return render

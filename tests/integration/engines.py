@@ -1,7 +1,7 @@
 """The policy-engine tests, shared by test_kyverno.py and test_gatekeeper.py.
 
-Each engine's test module imports the ``test_*`` functions and the ``tenant``
-fixture below and provides two module fixtures: ``webhook`` (our real webhook,
+Each engine's test module derives a test class from :class:`EngineTests` below
+and provides two module fixtures: ``webhook`` (our real webhook,
 registered for the opted-in namespaces) and ``engine`` (the real engine,
 tests/controlplane/components/, with the shipped policies of
 manifests/policies/<engine>/ installed: an :class:`Engine`). So both engines run
@@ -146,171 +146,178 @@ def pods_of(kubectl: Kubectl, ns: str, selector: str, count: int = 1) -> list[Ob
     return pods
 
 
-# -- the tests (imported by test_kyverno.py and test_gatekeeper.py) -------------------------
+# -- the tests ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tenant(control_plane: ControlPlane, kubectl: Kubectl, namespace: str, engine: Engine) -> Tenant:
-    """A restricted identity in a fresh namespace, opted in once the engine refuses there."""
-    user = f"tenant-{namespace}"
-    ident = control_plane.issue_identity(user)
-    bind_rules(kubectl, user, "tenant", TENANT_RULES, namespace=namespace)
-    opt_in(kubectl, namespace, engine)
-    return Tenant(kubectl, namespace, ident.kubeconfig)
+class EngineTests:
+    """The tests every engine runs: test_kyverno.py and test_gatekeeper.py each derive a
+    ``Test...`` class from it, beside their module fixtures ``webhook`` and ``engine``."""
 
+    @pytest.fixture
+    def tenant(
+        self, control_plane: ControlPlane, kubectl: Kubectl, namespace: str, engine: Engine
+    ) -> Tenant:
+        """A restricted identity in a fresh namespace, opted in once the engine refuses there."""
+        user = f"tenant-{namespace}"
+        ident = control_plane.issue_identity(user)
+        bind_rules(kubectl, user, "tenant", TENANT_RULES, namespace=namespace)
+        opt_in(kubectl, namespace, engine)
+        return Tenant(kubectl, namespace, ident.kubeconfig)
 
-def test_uncovered_pods_are_refused_with_the_stamp(tenant: Tenant, engine: Engine) -> None:
-    """A bare Pod, by name and by generateName: refused, the stamp in the message."""
-    err = refused(tenant.create(pod_under(tenant.ns, "bare")))
-    assert engine.refusal in err, err
-    assert "Pod bare is not covered by any AIBOM: aibom.dev/rollup=uncovered" in err, err
-    generated = pod_under(tenant.ns, "x")
-    del generated["metadata"]["name"]
-    generated["metadata"]["generateName"] = "batch-"
-    err = refused(tenant.create(generated))
-    # The API server names it (generateName) before validating admission runs.
-    assert re.search(r"Pod batch-[a-z0-9]{5} is not covered", err) and engine.refusal in err, err
-    assert kubectl_get(tenant.kubectl, tenant.ns, "pods")["items"] == []
+    def test_uncovered_pods_are_refused_with_the_stamp(
+        self, tenant: Tenant, engine: Engine
+    ) -> None:
+        """A bare Pod, by name and by generateName: refused, the stamp in the message."""
+        err = refused(tenant.create(pod_under(tenant.ns, "bare")))
+        assert engine.refusal in err, err
+        assert "Pod bare is not covered by any AIBOM: aibom.dev/rollup=uncovered" in err, err
+        generated = pod_under(tenant.ns, "x")
+        del generated["metadata"]["name"]
+        generated["metadata"]["generateName"] = "batch-"
+        err = refused(tenant.create(generated))
+        # The API server names it (generateName) before validating admission runs.
+        assert re.search(r"Pod batch-[a-z0-9]{5} is not covered", err), err
+        assert engine.refusal in err, err
+        assert kubectl_get(tenant.kubectl, tenant.ns, "pods")["items"] == []
 
+    def test_covered_pods_are_admitted(self, tenant: Tenant) -> None:
+        """A Deployment's Pods (named by the ReplicaSet controller with generateName) are
+        rolled up and admitted; its ReplicaSet mirrors the Deployment's stamp."""
+        admitted(tenant.create(deployment(tenant.ns, "web", replicas=2)))
+        for p in pods_of(tenant.kubectl, tenant.ns, "app=web", 2):
+            assert p["metadata"].get("generateName"), p["metadata"]
+            assert stamp(p)[ROLLUP] == "rolled-up" and stamp(p)[ROOT] == "Deployment/web", stamp(p)
+        (rs,) = kubectl_get(tenant.kubectl, tenant.ns, "replicasets")["items"]
+        assert stamp(rs)[ROLLUP] == "root" and stamp(rs)[ROOT] == "Deployment/web", stamp(rs)
 
-def test_covered_pods_are_admitted(tenant: Tenant) -> None:
-    """A Deployment's Pods (named by the ReplicaSet controller with generateName) are
-    rolled up and admitted; its ReplicaSet mirrors the Deployment's stamp."""
-    admitted(tenant.create(deployment(tenant.ns, "web", replicas=2)))
-    for p in pods_of(tenant.kubectl, tenant.ns, "app=web", 2):
-        assert p["metadata"].get("generateName"), p["metadata"]
-        assert stamp(p)[ROLLUP] == "rolled-up" and stamp(p)[ROOT] == "Deployment/web", stamp(p)
-    (rs,) = kubectl_get(tenant.kubectl, tenant.ns, "replicasets")["items"]
-    assert stamp(rs)[ROLLUP] == "root" and stamp(rs)[ROOT] == "Deployment/web", stamp(rs)
+    def test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted(
+        self, tenant: Tenant, kubectl: Kubectl
+    ) -> None:
+        """A tenant's Deployment under a graph it may not control is `unproven`; its
+        ReplicaSet mirrors that (the policies are about Pods: it is not refused), and its
+        Pods, rolled up to the Deployment, are admitted."""
+        graph = apply(kubectl, dgd(tenant.ns, "graph"))
+        made = admitted(tenant.create(deployment(tenant.ns, "claimed", graph)))
+        assert stamp(made)[ROLLUP] == "unproven", stamp(made)
+        assert stamp(made)[REASON].startswith("Unproven nvidia.com/DynamoGraphDeployment/graph")
 
+        def mirrored() -> Obj | None:
+            found = kubectl_get(kubectl, tenant.ns, "replicasets", "-l", "app=claimed")["items"]
+            return found[0] if found and stamp(found[0]).get(ROLLUP) == "unproven" else None
 
-def test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted(
-    tenant: Tenant, kubectl: Kubectl
-) -> None:
-    """A tenant's Deployment under a graph it may not control is `unproven`; its
-    ReplicaSet mirrors that (the policies are about Pods: it is not refused), and its
-    Pods, rolled up to the Deployment, are admitted."""
-    graph = apply(kubectl, dgd(tenant.ns, "graph"))
-    made = admitted(tenant.create(deployment(tenant.ns, "claimed", graph)))
-    assert stamp(made)[ROLLUP] == "unproven", stamp(made)
-    assert stamp(made)[REASON].startswith("Unproven nvidia.com/DynamoGraphDeployment/graph")
+        rs = wait_for("the ReplicaSet mirroring `unproven`", mirrored, timeout=TIMEOUT)
+        assert stamp(rs)[REASON] == stamp(made)[REASON]
+        (p,) = pods_of(kubectl, tenant.ns, "app=claimed")
+        assert stamp(p)[ROLLUP] == "rolled-up" and stamp(p)[ROOT] == "Deployment/claimed", stamp(p)
 
-    def mirrored() -> Obj | None:
-        found = kubectl_get(kubectl, tenant.ns, "replicasets", "-l", "app=claimed")["items"]
-        return found[0] if found and stamp(found[0]).get(ROLLUP) == "unproven" else None
+    def test_a_forged_owner_is_refused_with_its_reason(
+        self, tenant: Tenant, kubectl: Kubectl, engine: Engine
+    ) -> None:
+        """A tenant copies a Deployment's name and UID into its Pod's controller reference:
+        our webhook's check says `unproven`, the engine refuses with the reason."""
+        owner = apply(kubectl, deployment(tenant.ns, "owner", replicas=0))
+        err = refused(tenant.create(pod_under(tenant.ns, "forged", owner)))
+        assert engine.refusal in err, err
+        assert (
+            "Pod forged is not covered by any AIBOM: aibom.dev/rollup=unproven, "
+            "aibom.dev/rollup-reason=Unproven apps/Deployment/owner"
+        ) in err, err
 
-    rs = wait_for("the ReplicaSet mirroring `unproven`", mirrored, timeout=TIMEOUT)
-    assert stamp(rs)[REASON] == stamp(made)[REASON]
-    (p,) = pods_of(kubectl, tenant.ns, "app=claimed")
-    assert stamp(p)[ROLLUP] == "rolled-up" and stamp(p)[ROOT] == "Deployment/claimed", stamp(p)
+    def test_a_hand_written_stamp_gains_nothing(self, tenant: Tenant, engine: Engine) -> None:
+        """A tenant writes a harmless stamp itself: our webhook overwrites it before the
+        engine sees the Pod, which is refused as what it is."""
+        disguise = {ROLLUP: "rolled-up", ROOT: "Deployment/web"}
+        err = refused(tenant.create(pod_under(tenant.ns, "disguised", annotations=disguise)))
+        assert engine.refusal in err and "aibom.dev/rollup=uncovered" in err, err
 
-
-def test_a_forged_owner_is_refused_with_its_reason(
-    tenant: Tenant, kubectl: Kubectl, engine: Engine
-) -> None:
-    """A tenant copies a Deployment's name and UID into its Pod's controller reference:
-    our webhook's check says `unproven`, the engine refuses with the reason."""
-    owner = apply(kubectl, deployment(tenant.ns, "owner", replicas=0))
-    err = refused(tenant.create(pod_under(tenant.ns, "forged", owner)))
-    assert engine.refusal in err, err
-    assert (
-        "Pod forged is not covered by any AIBOM: aibom.dev/rollup=unproven, "
-        "aibom.dev/rollup-reason=Unproven apps/Deployment/owner"
-    ) in err, err
-
-
-def test_a_hand_written_stamp_gains_nothing(tenant: Tenant, engine: Engine) -> None:
-    """A tenant writes a harmless stamp itself: our webhook overwrites it before the
-    engine sees the Pod, which is refused as what it is."""
-    disguise = {ROLLUP: "rolled-up", ROOT: "Deployment/web"}
-    err = refused(tenant.create(pod_under(tenant.ns, "disguised", annotations=disguise)))
-    assert engine.refusal in err and "aibom.dev/rollup=uncovered" in err, err
-
-
-def test_updates_are_judged_when_the_controller_changes(
-    tenant: Tenant, kubectl: Kubectl, engine: Engine
-) -> None:
-    """UPDATE: a new or changed controller reference is judged on the new stamp; a kept
-    one (a label) or a removed one (orphaning) is not, so no Pod is held hostage."""
-    admitted(tenant.create(deployment(tenant.ns, "moving", replicas=2)))
-    first, second = (p["metadata"]["name"] for p in pods_of(kubectl, tenant.ns, "app=moving", 2))
-    admitted_patch(tenant.patch(f"pod/{first}", {"metadata": {"labels": {"touched": "yes"}}}))
-    holder_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "holder"}}
-    holder = admitted(
-        tenant.run("create", "-n", tenant.ns, "-f", "-", "-o", "json", body=holder_cm)
-    )
-    # The controller moved to a ConfigMap (outside the kind registry: the walk stops
-    # there): uncovered, refused. The Pod keeps its owner and stamp.
-    err = refused(
-        tenant.patch(f"pod/{first}", {"metadata": {"ownerReferences": [owner_ref(holder)]}})
-    )
-    assert engine.refusal in err and f"Pod {first} is not covered" in err, err
-    assert stamp(kubectl_get(kubectl, tenant.ns, f"pod/{first}"))[ROLLUP] == "rolled-up"
-    # Orphaned (the controller reference removed; relabelled, or its ReplicaSet would
-    # adopt it back): not judged, admitted; the stamp now says uncovered, for the audit.
-    orphan = {"metadata": {"labels": {"app": "orphan"}, "ownerReferences": None}}
-    admitted_patch(tenant.patch(f"pod/{second}", orphan))
-    assert stamp(kubectl_get(kubectl, tenant.ns, f"pod/{second}"))[ROLLUP] == "uncovered"
-    # An UPDATE of that uncovered Pod that keeps its (absent) controller: admitted.
-    admitted_patch(tenant.patch(f"pod/{second}", {"metadata": {"labels": {"touched": "yes"}}}))
-
-
-def test_webhook_down_fails_open_then_repairs_are_admitted_and_audited(
-    *,
-    control_plane: ControlPlane,
-    kubectl: Kubectl,
-    tenant: Tenant,
-    webhook: Webhook,
-    engine: Engine,
-    tmp_path: Path,
-) -> None:
-    """Our webhook down (failurePolicy Ignore): Pods are admitted unstamped, and a stamp a
-    tenant wrote by hand is what the engine decides on: it admits them all (fail-open:
-    an engine cannot tell who wrote a stamp). The webhook back, our annotator repairs
-    the stamps (merge patches: UPDATEs that keep the controller reference); the engine
-    admits every repair instead of fighting it, and its audit lists the Pods no AIBOM
-    covers, with the reason, and not the covered one."""
-    ns = tenant.ns
-    web = apply(kubectl, deployment(ns, "web"))
-    (covered,) = pods_of(kubectl, ns, "app=web")
-    assert webhook.stop() == 0
-    try:
-        assert stamp(admitted(tenant.create(pod_under(ns, "while-down")))) == {}
-        disguised = tenant.create(
-            pod_under(ns, "disguised-down", annotations={ROLLUP: "rolled-up"})
+    def test_updates_are_judged_when_the_controller_changes(
+        self, tenant: Tenant, kubectl: Kubectl, engine: Engine
+    ) -> None:
+        """UPDATE: a new or changed controller reference is judged on the new stamp; a kept
+        one (a label) or a removed one (orphaning) is not, so no Pod is held hostage."""
+        admitted(tenant.create(deployment(tenant.ns, "moving", replicas=2)))
+        first, second = (
+            p["metadata"]["name"] for p in pods_of(kubectl, tenant.ns, "app=moving", 2)
         )
-        assert stamp(admitted(disguised)) == {ROLLUP: "rolled-up"}
-        assert stamp(admitted(tenant.create(pod_under(ns, "forged-down", web)))) == {}
-    finally:
-        webhook.start()
-    wait_registered(kubectl, ns, probe=deployment(ns, "probe", replicas=0), rollup="root")
-    want = {"while-down": "uncovered", "disguised-down": "uncovered", "forged-down": "unproven"}
-    annotator = _annotator(control_plane, kubectl, ns, webhook, tmp_path)
-    try:
-        annotator.wait_ready().wait_leading()
-
-        def repaired() -> bool:
-            got = {n: stamp(kubectl_get(kubectl, ns, f"pod/{n}")).get(ROLLUP) for n in want}
-            return got == want
-
-        wait_for(f"the annotator to repair the stamps to {want}", repaired, timeout=TIMEOUT)
-        repairs = annotator.metric("aibom_annotator_stamp_repairs_total", {"kind": "Pod"})
-        assert repairs == len(want), annotator.tail()
-        assert not [r for r in annotator.records() if "may not patch" in str(r)], annotator.tail()
-    finally:
-        assert annotator.stop() == 0, annotator.tail()
-    for name, rollup in want.items():
-        message: str = wait_for(
-            f"the audit to list {ns}/{name}",
-            lambda n=name: engine.audited(ns, n),  # type: ignore[misc]
-            timeout=TIMEOUT,
+        admitted_patch(tenant.patch(f"pod/{first}", {"metadata": {"labels": {"touched": "yes"}}}))
+        holder_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "holder"}}
+        holder = admitted(
+            tenant.run("create", "-n", tenant.ns, "-f", "-", "-o", "json", body=holder_cm)
         )
-        assert f"aibom.dev/rollup={rollup}" in message, message
-        reason = stamp(kubectl_get(kubectl, ns, f"pod/{name}")).get(REASON)
-        assert rollup == "uncovered" or f"aibom.dev/rollup-reason={reason}" in message, message
-    name = covered["metadata"]["name"]
-    wait_for(f"the audit of {name}", lambda: engine.audited(ns, name) is not None, TIMEOUT)
-    assert engine.audited(ns, name) == "", engine.audited(ns, name)
+        # The controller moved to a ConfigMap (outside the kind registry: the walk stops
+        # there): uncovered, refused. The Pod keeps its owner and stamp.
+        err = refused(
+            tenant.patch(f"pod/{first}", {"metadata": {"ownerReferences": [owner_ref(holder)]}})
+        )
+        assert engine.refusal in err and f"Pod {first} is not covered" in err, err
+        assert stamp(kubectl_get(kubectl, tenant.ns, f"pod/{first}"))[ROLLUP] == "rolled-up"
+        # Orphaned (the controller reference removed; relabelled, or its ReplicaSet would
+        # adopt it back): not judged, admitted; the stamp now says uncovered, for the audit.
+        orphan = {"metadata": {"labels": {"app": "orphan"}, "ownerReferences": None}}
+        admitted_patch(tenant.patch(f"pod/{second}", orphan))
+        assert stamp(kubectl_get(kubectl, tenant.ns, f"pod/{second}"))[ROLLUP] == "uncovered"
+        # An UPDATE of that uncovered Pod that keeps its (absent) controller: admitted.
+        admitted_patch(tenant.patch(f"pod/{second}", {"metadata": {"labels": {"touched": "yes"}}}))
+
+    def test_webhook_down_fails_open_then_repairs_are_admitted_and_audited(
+        self,
+        *,
+        control_plane: ControlPlane,
+        kubectl: Kubectl,
+        tenant: Tenant,
+        webhook: Webhook,
+        engine: Engine,
+        tmp_path: Path,
+    ) -> None:
+        """Our webhook down (failurePolicy Ignore): Pods are admitted unstamped, and a stamp a
+        tenant wrote by hand is what the engine decides on: it admits them all (fail-open:
+        an engine cannot tell who wrote a stamp). The webhook back, our annotator repairs
+        the stamps (merge patches: UPDATEs that keep the controller reference); the engine
+        admits every repair instead of fighting it, and its audit lists the Pods no AIBOM
+        covers, with the reason, and not the covered one."""
+        ns = tenant.ns
+        web = apply(kubectl, deployment(ns, "web"))
+        (covered,) = pods_of(kubectl, ns, "app=web")
+        assert webhook.stop() == 0
+        try:
+            assert stamp(admitted(tenant.create(pod_under(ns, "while-down")))) == {}
+            disguised = tenant.create(
+                pod_under(ns, "disguised-down", annotations={ROLLUP: "rolled-up"})
+            )
+            assert stamp(admitted(disguised)) == {ROLLUP: "rolled-up"}
+            assert stamp(admitted(tenant.create(pod_under(ns, "forged-down", web)))) == {}
+        finally:
+            webhook.start()
+        wait_registered(kubectl, ns, probe=deployment(ns, "probe", replicas=0), rollup="root")
+        want = {"while-down": "uncovered", "disguised-down": "uncovered", "forged-down": "unproven"}
+        annotator = _annotator(control_plane, kubectl, ns, webhook, tmp_path)
+        try:
+            annotator.wait_ready().wait_leading()
+
+            def repaired() -> bool:
+                got = {n: stamp(kubectl_get(kubectl, ns, f"pod/{n}")).get(ROLLUP) for n in want}
+                return got == want
+
+            wait_for(f"the annotator to repair the stamps to {want}", repaired, timeout=TIMEOUT)
+            repairs = annotator.metric("aibom_annotator_stamp_repairs_total", {"kind": "Pod"})
+            assert repairs == len(want), annotator.tail()
+            assert not [r for r in annotator.records() if "may not patch" in str(r)], (
+                annotator.tail()
+            )
+        finally:
+            assert annotator.stop() == 0, annotator.tail()
+        for name, rollup in want.items():
+            message: str = wait_for(
+                f"the audit to list {ns}/{name}",
+                lambda n=name: engine.audited(ns, n),  # type: ignore[misc]
+                timeout=TIMEOUT,
+            )
+            assert f"aibom.dev/rollup={rollup}" in message, message
+            reason = stamp(kubectl_get(kubectl, ns, f"pod/{name}")).get(REASON)
+            assert rollup == "uncovered" or f"aibom.dev/rollup-reason={reason}" in message, message
+        name = covered["metadata"]["name"]
+        wait_for(f"the audit of {name}", lambda: engine.audited(ns, name) is not None, TIMEOUT)
+        assert engine.audited(ns, name) == "", engine.audited(ns, name)
 
 
 def admitted_patch(outcome: tuple[bool, str]) -> None:

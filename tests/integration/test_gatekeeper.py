@@ -5,8 +5,8 @@ audit Deployments, as its ServiceAccount gatekeeper-admin,
 tests/controlplane/components/gatekeeper.py) runs the ConstraintTemplate and
 constraints of manifests/policies/gatekeeper/ behind our real webhook (its
 shipped ClusterRole; its configuration for namespaces labelled
-aibom.dev/enabled=true). The tests are in tests/integration/engines.py and the
-same for Kyverno (test_kyverno.py); here: how Gatekeeper refuses, and where
+aibom.dev/enabled=true). The tests are tests/integration/engines.py's, the same
+for Kyverno (test_kyverno.py); here: how Gatekeeper refuses, and where
 its audit lists a Pod (the dryrun constraint's status).
 """
 
@@ -18,30 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.controlplane import Component, ControlPlane, Kubectl
-from tests.integration.engines import (
-    OPTED_IN,
-    tenant,
-    test_a_forged_owner_is_refused_with_its_reason,
-    test_a_hand_written_stamp_gains_nothing,
-    test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted,
-    test_covered_pods_are_admitted,
-    test_uncovered_pods_are_refused_with_the_stamp,
-    test_updates_are_judged_when_the_controller_changes,
-    test_webhook_down_fails_open_then_repairs_are_admitted_and_audited,
-)
+from tests.integration.engines import OPTED_IN, EngineTests
 from tests.integration.support import MANIFESTS, StartWebhook, Webhook, wait_for
-
-#: The shared tests (tests/integration/engines.py), run here against Gatekeeper.
-__all__ = [
-    "tenant",
-    "test_a_forged_owner_is_refused_with_its_reason",
-    "test_a_hand_written_stamp_gains_nothing",
-    "test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted",
-    "test_covered_pods_are_admitted",
-    "test_uncovered_pods_are_refused_with_the_stamp",
-    "test_updates_are_judged_when_the_controller_changes",
-    "test_webhook_down_fails_open_then_repairs_are_admitted_and_audited",
-]
 
 pytestmark = [pytest.mark.integration, pytest.mark.components("gatekeeper")]
 
@@ -94,3 +72,7 @@ def engine(
     finally:
         for name in (*CONSTRAINTS, "template.yaml"):
             kubectl("delete", "-f", str(POLICIES / name), "--ignore-not-found", check=False)
+
+
+class TestGatekeeper(EngineTests):
+    """The shared tests (tests/integration/engines.py), against Gatekeeper."""

@@ -4,8 +4,8 @@ Kyverno v1.19.1 (its admission controller and reports controller, each as its
 release's ServiceAccount, tests/controlplane/components/kyverno.py) runs the
 ValidatingPolicies of manifests/policies/kyverno/ behind our real webhook (its
 shipped ClusterRole; its configuration for namespaces labelled
-aibom.dev/enabled=true). The tests are in tests/integration/engines.py and the
-same for Gatekeeper (test_gatekeeper.py); here: how Kyverno refuses, and where
+aibom.dev/enabled=true). The tests are tests/integration/engines.py's, the same
+for Gatekeeper (test_gatekeeper.py); here: how Kyverno refuses, and where
 its audit (PolicyReports written by the reports controller's background scan)
 lists a Pod.
 """
@@ -18,30 +18,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.controlplane import Component, Kubectl
-from tests.integration.engines import (
-    OPTED_IN,
-    tenant,
-    test_a_forged_owner_is_refused_with_its_reason,
-    test_a_hand_written_stamp_gains_nothing,
-    test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted,
-    test_covered_pods_are_admitted,
-    test_uncovered_pods_are_refused_with_the_stamp,
-    test_updates_are_judged_when_the_controller_changes,
-    test_webhook_down_fails_open_then_repairs_are_admitted_and_audited,
-)
+from tests.integration.engines import OPTED_IN, EngineTests
 from tests.integration.support import MANIFESTS, StartWebhook, Webhook
-
-#: The shared tests (tests/integration/engines.py), run here against Kyverno.
-__all__ = [
-    "tenant",
-    "test_a_forged_owner_is_refused_with_its_reason",
-    "test_a_hand_written_stamp_gains_nothing",
-    "test_an_unproven_replicaset_is_mirrored_and_its_pods_admitted",
-    "test_covered_pods_are_admitted",
-    "test_uncovered_pods_are_refused_with_the_stamp",
-    "test_updates_are_judged_when_the_controller_changes",
-    "test_webhook_down_fails_open_then_repairs_are_admitted_and_audited",
-]
 
 pytestmark = [pytest.mark.integration, pytest.mark.components("kyverno")]
 
@@ -86,3 +64,7 @@ def engine(kubectl: Kubectl, webhook: Webhook) -> Iterator[KyvernoPolicies]:
         yield KyvernoPolicies(kubectl)
     finally:
         kubectl("delete", "-k", str(POLICIES), "--ignore-not-found")
+
+
+class TestKyverno(EngineTests):
+    """The shared tests (tests/integration/engines.py), against Kyverno."""

@@ -31,16 +31,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
 from tests.controlplane.component import (
     Component,
+    module_file,
     register,
     release_container,
     release_deployment,
+    rendered,
     with_flags,
 )
-from tests.controlplane.gobuild import GoBuild, ensure, go_ldflags, module_dir, module_source
+from tests.controlplane.gobuild import GoBuild, go_ldflags, module_dir
 from tests.controlplane.process import child_env, free_ports, http_ok
 
 #: The Gatekeeper release (modules/gatekeeper/go.mod).
@@ -57,13 +57,6 @@ AUDIT_INTERVAL: Final = 5
 RELEASE_FILE: Final = "deploy/gatekeeper.yaml"
 
 
-def _render(_module: Path, staging: Path) -> None:
-    """``release.yaml``: the release's manifest, from the same module version."""
-    source = module_source(module_dir("gatekeeper"), MODULE)
-    header = f"# {RELEASE_FILE} of {MODULE}@{VERSION} ({source})\n"
-    (staging / "release.yaml").write_text(header + (source / RELEASE_FILE).read_text())
-
-
 BUILD: Final = GoBuild(
     name="gatekeeper",
     version=VERSION,
@@ -72,33 +65,24 @@ BUILD: Final = GoBuild(
     ldflags=LDFLAGS,
     verify=True,
     estimate="10-20 min",
-    render=_render,
+    render=module_file(module_dir("gatekeeper"), MODULE, RELEASE_FILE),
     outputs=("release.yaml",),
 )
 
 
 def release() -> list[dict[str, Any]]:
     """The release's manifests (built and rendered unless cached)."""
-    text = (ensure(BUILD) / "release.yaml").read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return rendered(BUILD, "release.yaml")
 
 
 @register
 class Gatekeeper(Component):
     name: ClassVar[str] = "gatekeeper"
+    go_build: ClassVar[GoBuild | None] = BUILD
     summary: ClassVar[str] = f"OPA Gatekeeper {VERSION} (controller manager: webhook, audit)"
 
     webhook_port = 0
     health_port = 0
-
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/manager`` and ``release.yaml``."""
-        return ensure(BUILD)
 
     def start(self) -> None:
         began = self.began()

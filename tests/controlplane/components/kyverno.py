@@ -37,17 +37,17 @@ import ssl
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
 from tests.controlplane.component import (
     RELEASE_KINDS,
     TOKEN_SECONDS,
     Component,
+    module_file,
     register,
     release_container,
+    rendered,
     with_flags,
 )
-from tests.controlplane.gobuild import GoBuild, ensure, go_ldflags, module_dir, module_source
+from tests.controlplane.gobuild import GoBuild, go_ldflags, module_dir
 from tests.controlplane.process import child_env, free_ports
 
 #: The Kyverno release (modules/kyverno/go.mod).
@@ -69,13 +69,6 @@ RELEASE_FILE: Final = "config/install-latest-testing.yaml"
 MANAGED_BY: Final = "webhook.kyverno.io/managed-by=kyverno"
 
 
-def _render(_module: Path, staging: Path) -> None:
-    """``release.yaml``: upstream's rendered chart, from the same module version."""
-    source = module_source(module_dir("kyverno"), MODULE)
-    header = f"# {RELEASE_FILE} of {MODULE}@{VERSION} ({source})\n"
-    (staging / "release.yaml").write_text(header + (source / RELEASE_FILE).read_text())
-
-
 BUILD: Final = GoBuild(
     name="kyverno",
     version=VERSION,
@@ -87,32 +80,23 @@ BUILD: Final = GoBuild(
     ldflags=LDFLAGS,
     verify=True,
     estimate="15-30 min (about 3,400 packages)",
-    render=_render,
+    render=module_file(module_dir("kyverno"), MODULE, RELEASE_FILE),
     outputs=("release.yaml",),
 )
 
 
 def release() -> list[dict[str, Any]]:
     """The release's manifests (built and rendered unless cached)."""
-    text = (ensure(BUILD) / "release.yaml").read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return rendered(BUILD, "release.yaml")
 
 
 @register
 class Kyverno(Component):
     name: ClassVar[str] = "kyverno"
+    go_build: ClassVar[GoBuild | None] = BUILD
     summary: ClassVar[str] = f"Kyverno {VERSION} (admission controller, reports controller)"
 
     webhook_port = 0
-
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/kyverno``, ``bin/reports-controller`` and ``release.yaml``."""
-        return ensure(BUILD)
 
     def start(self) -> None:
         began = self.began()

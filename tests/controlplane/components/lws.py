@@ -18,10 +18,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-import yaml
-
-from tests.controlplane.component import Component, register
-from tests.controlplane.gobuild import GoBuild, ensure, go_ldflags, module_dir, module_source
+from tests.controlplane.component import Component, register, rendered
+from tests.controlplane.gobuild import GoBuild, go_ldflags, module_dir, module_source
 from tests.controlplane.kubernetes import kustomize
 from tests.controlplane.process import free_ports, http_ok
 
@@ -69,14 +67,14 @@ BUILD: Final = GoBuild(
 
 def release() -> list[dict[str, Any]]:
     """The release's manifests (built and rendered unless cached)."""
-    text = (ensure(BUILD) / "release.yaml").read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return rendered(BUILD, "release.yaml")
 
 
 @register
 class Lws(Component):
     name: ClassVar[str] = "lws"
     summary: ClassVar[str] = f"LeaderWorkerSet controller {VERSION}"
+    go_build: ClassVar[GoBuild | None] = BUILD
     #: Its release's CRDs stand while it runs (v0.9.0's LeaderWorkerSet CRD differs
     #: from the vendored one of LWS main only by a later bound on replicas).
     owns_crd_files: ClassVar[tuple[str, ...]] = (
@@ -86,15 +84,6 @@ class Lws(Component):
 
     webhook_port = 0
     health_port = 0
-
-    @classmethod
-    def build(cls) -> None:
-        ensure(BUILD)
-
-    @property
-    def dist_dir(self) -> Path:
-        """``bin/lws-controller`` and ``release.yaml``."""
-        return ensure(BUILD)
 
     def start(self) -> None:
         began = self.began()
