@@ -81,6 +81,9 @@ class Gatekeeper(Component):
     go_build: ClassVar[GoBuild | None] = BUILD
     summary: ClassVar[str] = f"OPA Gatekeeper {VERSION} (controller manager: webhook, audit)"
 
+    #: Seconds between audits (the benchmark sets the release's 60 before starting it).
+    audit_interval: ClassVar[int] = AUDIT_INTERVAL
+
     webhook_port = 0
     health_port = 0
 
@@ -108,7 +111,7 @@ class Gatekeeper(Component):
             # The release mounts the same certificate Secret into both Deployments.
             **{"cert-dir": str(serving.cert_file.parent),
                "health-addr": f"127.0.0.1:{audit_health}",
-               "audit-interval": str(AUDIT_INTERVAL), "api-cache-dir": str(audit_dir)},
+               "audit-interval": str(self.audit_interval), "api-cache-dir": str(audit_dir)},
         )  # fmt: skip
         self.wait("the audit manager's /readyz", lambda: http_ok(audit_health, "/readyz"))
         self.ready_after(began)
