@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import yaml
 
-from tests.controlplane.gobuild import GoBuild, ensure
+from tests.controlplane.gobuild import GoBuild, ensure, module_source
 from tests.controlplane.paths import log
 from tests.controlplane.process import Process
 
@@ -247,3 +247,41 @@ class Component:
     def ready_after(self, began: float) -> None:
         self.started_in = time.monotonic() - began
         log(f"{self.summary} ready as {self.user or 'itself'} in {self.started_in:.1f} s")
+
+
+def release_deployment(docs: Iterable[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The release's Deployment ``name`` (how its operator would run in a cluster)."""
+    found: dict[str, Any] = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+    )
+    return found
+
+
+def release_container(
+    docs: Iterable[dict[str, Any]], deployment: str
+) -> tuple[list[str], dict[str, str]]:
+    """The arguments and literal environment (not what comes from the Pod's own fields)
+    of the first container of a release's Deployment: how the component runs it."""
+    container = release_deployment(docs, deployment)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    return list(container.get("args", [])), env
+
+
+def with_flags(args: Iterable[str], **values: str) -> list[str]:
+    """``args`` with every ``--name=...`` named in ``values`` replaced by its value
+    (appended), the rest (repeated flags included) kept in order."""
+    kept = [a for a in args if a.split("=", 1)[0].lstrip("-") not in values]
+    return kept + [f"--{name}={value}" for name, value in values.items()]
+
+
+def module_file(module_folder: Path, module: str, path: str) -> Callable[[Path, Path], None]:
+    """A build's ``render`` step: ``release.yaml`` is the file ``path`` of ``module``
+    at the version our module in ``module_folder`` pins (a release's own rendered
+    manifest), under a first line saying where it came from."""
+
+    def render(_cwd: Path, staging: Path) -> None:
+        source = module_source(module_folder, module)
+        header = f"# {path} of {module} ({source})\n"
+        (staging / "release.yaml").write_text(header + (source / path).read_text())
+
+    return render

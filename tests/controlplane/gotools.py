@@ -1,13 +1,19 @@
-"""helm and promtool: Go tools the tests run (not components: nothing to start).
+"""helm, promtool and the policy engines' CLIs: Go tools the tests run (not components:
+nothing to start).
 
-Each is built from its own module of ours (``modules/helm``, ``modules/promtool``:
+Each is built from a module of ours (``modules/helm``, ``modules/promtool``:
 a ``tool`` directive and a complete, committed ``go.sum``) through the one
-builder, :mod:`tests.controlplane.gobuild`, so neither changes another build's key.
+builder, :mod:`tests.controlplane.gobuild`, so none changes another build's key.
+The engines' CLIs come from the engines' own modules (``modules/kyverno``,
+``modules/gatekeeper``), pinned with the engines: ``kyverno-cli`` (``kyverno test``)
+and ``gator`` (``gator verify``).
 
     ensure_tool("helm") -> Path        # build unless cached; the binary
     ensure_tool("promtool") -> Path
+    ensure_tool("kyverno-cli") -> Path  # the binary `kyverno`
+    ensure_tool("gator") -> Path
 
-From a shell: ``python -m tests.controlplane.gotools helm promtool``.
+From a shell: ``python -m tests.controlplane.gotools helm promtool kyverno-cli gator``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from tests.controlplane import enginepins as pins
 from tests.controlplane.gobuild import BuildError, GoBuild, binary, go_ldflags, module_dir
 
 HELM_VERSION: Final = "v4.3.2"
@@ -46,6 +53,22 @@ TOOLS: Final = {
             # build time). `promtool check rules` / `test rules` do not use them.
             tags=("remove_all_sd",),
             check=("promtool", ("--version",), PROMETHEUS_VERSION.lstrip("v")),
+        ),
+        GoBuild(
+            name="kyverno-cli",
+            version=pins.KYVERNO_VERSION,
+            mains={"kyverno": f"{pins.KYVERNO_MODULE}/cmd/cli/kubectl-kyverno"},
+            module=module_dir("kyverno"),
+            ldflags=pins.KYVERNO_LDFLAGS,
+            check=("kyverno", ("version",), f"Version: {pins.KYVERNO_VERSION}"),
+        ),
+        GoBuild(
+            name="gator",
+            version=pins.GATEKEEPER_VERSION,
+            mains={"gator": f"{pins.GATEKEEPER_MODULE}/cmd/gator"},
+            module=module_dir("gatekeeper"),
+            ldflags=pins.GATEKEEPER_LDFLAGS,
+            check=("gator", ("--version",), pins.GATEKEEPER_VERSION),
         ),
     )
 }

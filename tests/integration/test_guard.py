@@ -798,6 +798,9 @@ def test_uncovered_pod_policy_refuses_uncovered_and_unproven(
     """Stamps written as the webhook would (no webhook here: the stored values are what it sees)."""
     ns = namespace
     label(kubectl, ns, "aibom.dev/require-aibom=true")
+    # A Pod that was uncovered before the policy (no webhook here, no guard binding).
+    existing = pod(ns, "existing", **{"aibom.dev/rollup": "uncovered"})
+    kubectl("create", "-f", "-", input=json.dumps(existing))
     policy = MANIFESTS / "examples/policy-uncovered-pods.yaml"
     kubectl("apply", "-f", str(policy))
     try:
@@ -819,7 +822,7 @@ def test_uncovered_pod_policy_refuses_uncovered_and_unproven(
             lambda: create("probe", **{"aibom.dev/rollup": "uncovered"}).returncode != 0,
         )
         err = refused(create("bare", **{"aibom.dev/rollup": "uncovered"}))
-        assert "Pod bare is not covered by any AIBOM (aibom.dev/rollup=uncovered)" in err, err
+        assert "Pod bare is not covered by any AIBOM: aibom.dev/rollup=uncovered." in err, err
         err = refused(
             create(
                 "forged",
@@ -829,11 +832,21 @@ def test_uncovered_pod_policy_refuses_uncovered_and_unproven(
                 },
             )
         )
-        assert "Pod forged is not covered by any AIBOM (aibom.dev/rollup=unproven)" in err, err
-        assert "not allowed to control the owner (Unproven apps/Deployment/web)" in err, err
+        assert (
+            "Pod forged is not covered by any AIBOM: aibom.dev/rollup=unproven, "
+            "aibom.dev/rollup-reason=Unproven apps/Deployment/web. Its controller ownerReference"
+            " was set by an identity that may not control the owner"
+        ) in err, err
         for value in ("rolled-up", "root", "unresolved"):
             admitted(create(f"ok-{value}", **{"aibom.dev/rollup": value}))
         admitted(create("unstamped"))
+        # UPDATE: judged only when it sets or changes the controller reference.
+        kubectl("label", "-n", ns, "pod/existing", "touched=yes")  # kept: admitted
+        holder = {"apiVersion": "v1", "kind": "ConfigMap", "name": "holder"}
+        moved = {"ownerReferences": [{**holder, "uid": str(uuid.uuid4()), "controller": True}]}
+        patch = json.dumps({"metadata": moved})
+        err = refused(kubectl("patch", "-n", ns, "pod/existing", "-p", patch, check=False))
+        assert "Pod existing is not covered by any AIBOM: aibom.dev/rollup=uncovered." in err, err
     finally:
         kubectl("delete", "-f", str(policy), "--ignore-not-found")
 

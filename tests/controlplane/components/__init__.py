@@ -6,6 +6,15 @@ module here and to the import list below to add one.
 
 from __future__ import annotations
 
-from tests.controlplane.components import dynamo, grove, kserve, kuberay, lws, nim
+from tests.controlplane.components import (
+    dynamo,
+    gatekeeper,
+    grove,
+    kserve,
+    kuberay,
+    kyverno,
+    lws,
+    nim,
+)
 
-__all__ = ["dynamo", "grove", "kserve", "kuberay", "lws", "nim"]
+__all__ = ["dynamo", "gatekeeper", "grove", "kserve", "kuberay", "kyverno", "lws", "nim"]
