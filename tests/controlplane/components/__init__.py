@@ -6,6 +6,6 @@ module here and to the import list below to add one.
 
 from __future__ import annotations
 
-from tests.controlplane.components import lws
+from tests.controlplane.components import lws, registry
 
-__all__ = ["lws"]
+__all__ = ["lws", "registry"]
