@@ -1,0 +1,389 @@
+"""The audit trail on a REAL registry: export, referrers, history, `--at`, and faults.
+
+The registry is the CNCF distribution registry v3.1.2 (`components/registry.py`:
+built from its Go module, TLS from the cluster CA, htpasswd auth on). The
+annotator runs as a process under the shipped ClusterRole (test_annotator.py's
+way), signs with a key of `aibom-rollup keys new`, and exports with
+`--export-registry`, its credentials a dockerconfigjson file and its CA the
+cluster's. Faults go through `registryproxy.RegistryProxy` (a TLS proxy in
+front of the same real registry) or stop the registry itself. Every wait is on
+an event: a metric, a ConfigMap, a tag, a log line; never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import oras.provider
+import pytest
+
+from aibom_core import trail
+from aibom_edge.oci import Endpoint
+from aibom_edge.oci_client import Client
+from annotator.export import BACKLOG_SELECTOR, now_rfc3339
+from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
+from tests.controlplane.components.registry import Registry
+from tests.integration.support import (
+    Annotator,
+    StartAnnotator,
+    apply,
+    deployment,
+    docs,
+    items,
+    set_digest,
+    wait_for,
+)
+from tests.integration.test_signing import KEYS_CM, mount, new_key
+
+pytestmark = [pytest.mark.integration, pytest.mark.components("registry")]
+
+IMAGE = "registry.example/team/app:1"
+MIRROR = "registry.example/team/app"  # its repository in the export registry ({host}/{repository})
+EXPORTED = "aibom_annotator_exports_total"
+FAILURES = "aibom_annotator_export_failures_total"
+
+
+@pytest.fixture
+def registry(components: dict[str, Any]) -> Iterator[Registry]:
+    reg = components["registry"]
+    assert isinstance(reg, Registry)
+    if not reg.processes:  # a test took it down and failed before bringing it back
+        reg.start()
+    yield reg
+    if not reg.processes:
+        reg.start()
+
+
+@pytest.fixture
+def creds(registry: Registry, tmp_path: Path) -> Path:
+    path = tmp_path / "dockerconfig.json"
+    path.write_text(registry.dockerconfigjson())
+    return path
+
+
+def client(registry: Registry, creds: Path, host: str | None = None) -> Client:
+    return Client(
+        Endpoint(host or registry.host, ca_file=str(registry.ca_file), auth_file=str(creds))
+    )
+
+
+def push_image(registry: Registry, creds: Path, repository: str = MIRROR) -> str:
+    """A small real OCI image manifest at `repository` (what a mirror holds); its digest."""
+    c = client(registry, creds)
+    config = json.dumps(
+        {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    ).encode()
+    cdigest = trail.digest_of(config)
+    c.push_blob(repository, config, cdigest)
+    body = {
+        "schemaVersion": 2,
+        "mediaType": trail.MANIFEST_MEDIA_TYPE,
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": cdigest,
+            "size": len(config),
+        },
+        "layers": [],
+    }
+    return c.push_manifest(repository, "1", body)
+
+
+@dataclass
+class Env:
+    """What every test here uses: the plane, its namespace, the registry, an annotator maker."""
+
+    cp: ControlPlane
+    kubectl: Kubectl
+    ns: str
+    start: StartAnnotator
+    registry: Registry
+    creds: Path
+    tmp: Path
+
+    def annotator(
+        self, *extra: str, host: str | None = None, ident: str = "annotator-a", wait: bool = True
+    ) -> Annotator:
+        """An annotator that signs (a key of `keys new`) and exports to `host` (the registry)."""
+        key = self.tmp / "secret-volume" / "tls.key"
+        if not key.exists():
+            mount(self.tmp, new_key(self.cp, "k1"))
+        return self.start(
+            f"--signing-key={key}",
+            f"--keys-configmap={self.ns}/{KEYS_CM}",
+            f"--export-registry={host or self.registry.host}/trail",
+            f"--export-registry-credentials={self.creds}",
+            f"--export-ca-file={self.registry.ca_file}",
+            f"--export-cluster-id=test-{self.ns}",
+            f"--export-backlog-namespace={self.ns}",
+            *extra,
+            ident=ident,
+            wait=wait,
+        )
+
+    def client(self) -> Client:
+        return client(self.registry, self.creds)
+
+    def repo(self, name: str, kind: str = "Deployment", group: str = "apps") -> str:
+        return root_repo(self.ns, kind, group, name)
+
+    def versions(self, repo: str) -> list[str]:
+        return versions(self.registry, self.creds, repo)
+
+
+@pytest.fixture
+def env(
+    control_plane: ControlPlane,
+    kubectl: Kubectl,
+    ns: str,
+    start: StartAnnotator,
+    request: pytest.FixtureRequest,
+) -> Env:
+    return Env(
+        control_plane,
+        kubectl,
+        ns,
+        start,
+        request.getfixturevalue("registry"),
+        request.getfixturevalue("creds"),
+        request.getfixturevalue("tmp_path"),
+    )
+
+
+def root_repo(ns: str, kind: str, group: str, name: str) -> str:
+    return trail.root_repository("trail", f"test-{ns}", trail.RootId(ns, kind, name, group=group))
+
+
+def versions(registry: Registry, creds: Path, repo: str) -> list[str]:
+    return [t for t in client(registry, creds).tags(repo) if trail.digest_of_tag(t)]
+
+
+def backlog(cp: ControlPlane, ns: str) -> list[dict[str, Any]]:
+    return items(cp, f"/api/v1/namespaces/{ns}/configmaps?labelSelector={BACKLOG_SELECTOR}")
+
+
+def run_pod(cp: ControlPlane, ns: str, app: str, image: str, digest: str) -> str:
+    """Wait for the Deployment's Pod (kube-controller-manager makes it) and play its kubelet."""
+    pods = wait_for(
+        f"a Pod of {app}",
+        lambda: items(cp, f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{app}"),
+        timeout=60,
+    )
+    name = pods[0]["metadata"]["name"]
+    set_digest(cp, ns, name, image, digest)
+    return str(name)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = child_env()
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", *args],
+        check=False, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=120,
+    )  # fmt: skip
+
+
+def jwks(cp: ControlPlane, ns: str, tmp_path: Path) -> Path:
+    resp = cp.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{KEYS_CM}")
+    assert resp.ok
+    path = tmp_path / "jwks.json"
+    path.write_text(resp.json()["data"]["jwks.json"])
+    return path
+
+
+# ------------------------------------------------------------------------------- the trail
+
+
+def test_each_version_lands_once_signed_and_found_from_its_image(env: Env) -> None:
+    cp, kubectl, ns, registry, creds, tmp_path = (
+        env.cp, env.kubectl, env.ns, env.registry, env.creds, env.tmp,
+    )  # fmt: skip
+    digest = push_image(registry, creds)
+    a = env.annotator()
+    apply(kubectl, deployment(ns, "web", image=IMAGE))
+    run_pod(cp, ns, "web", IMAGE, digest)
+    repo = root_repo(ns, "Deployment", "apps", "web")
+
+    # The document names the digest once the Pod reports it: that version is exported.
+    def digest_exported() -> list[str]:
+        c = client(registry, creds)
+        found = []
+        for tag in versions(registry, creds, repo):
+            m = c.manifest(repo, tag)
+            body = json.loads(c.blob(repo, m["layers"][0]["digest"]))
+            if digest in trail.aspects(body)["digests"]:
+                found.append(tag)
+        return found
+
+    tags = wait_for("the version naming the digest in the registry", digest_exported, timeout=60)
+    assert len(tags) == 1
+    wait_for("the backlog emptied", lambda: not backlog(cp, ns), timeout=30)
+
+    # Pulled with the library (ORAS's own `pull`), its signature checks with verify.
+    reg = oras.provider.Registry(
+        hostname=registry.host, tls_verify=str(registry.ca_file), auth_backend="basic"
+    )
+    files = reg.pull(
+        target=f"{registry.host}/{repo}:{tags[0]}",
+        config_path=str(creds),
+        outdir=str(tmp_path / "pulled"),
+    )
+    assert [Path(f).name for f in files] == ["aibom.json"]
+    r = cli("verify", files[0], "--key", str(jwks(cp, ns, tmp_path)))
+    assert r.returncode == 0 and r.stdout.split()[0] == "valid", r.stdout + r.stderr
+
+    # Its manifest: the OCI 1.1 artifact, annotated as docs/annotator.md says.
+    manifest = client(registry, creds).manifest(repo, tags[0])
+    assert manifest["artifactType"] == trail.ARTIFACT_TYPE
+    uid = kubectl("get", "deploy", "web", "-n", ns, "-o", "jsonpath={.metadata.uid}").stdout.strip()
+    ann = manifest["annotations"]
+    assert (ann[trail.A_KIND], ann[trail.A_NAME], ann[trail.A_NAMESPACE], ann[trail.A_UID]) == (
+        "Deployment", "web", ns, uid,
+    )  # fmt: skip
+    assert ann[trail.A_CLUSTER] == f"test-{ns}"
+    cm = docs(cp, ns)["aibom-deployment-web"]
+    assert ann[trail.A_INPUT_HASH] == cm["metadata"]["annotations"]["aibom.dev/input-hash"]
+
+    # Found from the image: the referrers API of the mirror's repository lists it.
+    refs = client(registry, creds).referrers(MIRROR, digest, trail.ARTIFACT_TYPE)
+    assert [r["annotations"][trail.A_NAME] for r in refs] == ["web"], refs
+    assert any(r["annotations"][trail.A_INPUT_HASH] == ann[trail.A_INPUT_HASH] for r in refs)
+
+    # A restarted annotator pushes nothing again (the documents are current, and
+    # the registry is asked before any push).
+    before = len(versions(registry, creds, repo))
+    a.stop()
+    b = env.annotator(ident="annotator-b")
+    wait_for(
+        "b's full resync",
+        lambda: any(r.get("msg") == "full resync converged" for r in b.records()),
+    )
+    assert b.metric(EXPORTED, {"result": "pushed"}) == 0
+    assert len(versions(registry, creds, repo)) == before
+
+
+def kubectl_aibom(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl aibom ARGS` through the real kubectl (the plugin on PATH), configured for
+    the trail by the environment, as a user would set it once."""
+    assert env.cp.bin_dir is not None
+    run_env = child_env()
+    run_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{run_env.get('PATH', '')}"
+    run_env["KUBERC"] = "off"
+    run_env |= {
+        "AIBOM_EXPORT_REGISTRY": f"{env.registry.host}/trail",
+        "AIBOM_EXPORT_CREDENTIALS": str(env.creds),
+        "AIBOM_EXPORT_CA_FILE": str(env.registry.ca_file),
+        "AIBOM_CLUSTER_ID": f"test-{env.ns}",
+    }
+    cmd = [str(env.cp.bin_dir / "kubectl"), "aibom", f"--kubeconfig={env.cp.kubeconfig}", *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, env=run_env, timeout=60)
+
+
+def next_second(after: str) -> str:
+    """Wait until the clock's RFC 3339 second is past `after` (versions are timed to the
+    second): an event of the clock, not a fixed sleep."""
+    return str(wait_for(f"a second after {after}", lambda: (t := now_rfc3339()) > after and t))
+
+
+def test_history_and_at_answer_from_the_registry(env: Env) -> None:
+    ns = env.ns
+    env.annotator()
+    apply(env.kubectl, deployment(ns, "web", image="registry.example/team/app:1"))
+    wait_for("its Pod", lambda: items(env.cp, f"/api/v1/namespaces/{ns}/pods"), timeout=60)
+    settled(env)
+    between = next_second(history(env, "-o", "json")[-1]["created"])
+    next_second(between)
+    apply(env.kubectl, deployment(ns, "web", image="registry.example/team/app:2"))
+    wait_for(
+        "the version with image :2",
+        lambda: (
+            "registry.example/team/app:2"
+            in history(env, "-o", "json")[-1]["changes"]["added"].get("images", ())
+        ),
+        timeout=60,
+    )
+    settled(env)
+
+    # history: oldest first, each signed and valid, what changed.
+    got = history(env, "-o", "json")
+    assert {v["signature"]["status"] for v in got} == {"valid"}
+    assert got[0]["changes"]["added"]["images"] == ["registry.example/team/app:1"]
+    two = next(
+        i for i, v in enumerate(got)
+        if "registry.example/team/app:2" in v["changes"]["added"].get("images", ())
+    )  # fmt: skip
+    assert got[two - 1]["created"] <= between < got[two]["created"]
+    # (:1 stays: the old ReplicaSet's Pod never goes, as no kubelet makes the new one ready)
+    cm = docs(env.cp, ns)["aibom-deployment-web"]
+    assert got[-1]["inputHash"] == cm["metadata"]["annotations"]["aibom.dev/input-hash"]
+    assert len({v["digest"] for v in got}) == len(got)  # never the same version twice
+    table = kubectl_aibom(
+        env, "history", "deploy/web", "-n", ns, f"--keys-configmap={ns}/{KEYS_CM}"
+    )
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert len(lines) == 2 + len(got) and "(first version)" in lines[2], table.stdout
+    assert "+image registry.example/team/app:2" in lines[2 + two] and "valid (k1)" in lines[2 + two]
+
+    # The same history without kubectl, as an auditor with only the registry would ask.
+    offline = cli(
+        "history", "Deployment/web", "-n", ns, "-o", "json",
+        f"--registry={env.registry.host}/trail", f"--registry-credentials={env.creds}",
+        f"--registry-ca-file={env.registry.ca_file}", f"--cluster-id=test-{ns}",
+        f"--key={jwks(env.cp, ns, env.tmp)}",
+    )  # fmt: skip
+    assert offline.returncode == 0, offline.stderr
+    assert json.loads(offline.stdout)["versions"] == got
+
+    # --at: which roots ran image :2 then (none), and since.
+    def found(image: str, when: str) -> list[list[str]]:
+        got = kubectl_aibom(env, "find", "-A", "--image", image, "--at", when)
+        assert got.returncode == 0, got.stderr
+        return [line.split()[:2] for line in got.stdout.splitlines()[1:]]
+
+    assert found("registry.example/team/app:1", between) == [[ns, "Deployment/web"]]
+    assert found("registry.example/team/app:2", between) == []
+    assert found("registry.example/team/app:2", got[two]["created"]) == [[ns, "Deployment/web"]]
+    before = kubectl_aibom(env, "get", "-n", ns, "--at", "2001-01-01")
+    assert before.returncode == 0 and "No AIBOMs found" in before.stderr, before.stdout
+
+    # get shows each root's signature state.
+    listed = kubectl_aibom(env, "get", "-n", ns, f"--keys-configmap={ns}/{KEYS_CM}")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split()[-1] == "SIGNATURE" and row.split()[-1] == "valid"
+
+
+def settled(env: Env) -> None:
+    """The cluster's document is the registry's latest version, and nothing waits."""
+
+    def probe() -> bool:
+        cm = docs(env.cp, env.ns).get("aibom-deployment-web")
+        latest = history(env, "-o", "json")
+        return bool(
+            cm and latest and not backlog(env.cp, env.ns)
+            and latest[-1]["inputHash"] == cm["metadata"]["annotations"]["aibom.dev/input-hash"]
+        )  # fmt: skip
+
+    wait_for("the document exported and settled", probe, timeout=60)
+
+
+def history(env: Env, *args: str) -> list[dict[str, Any]]:
+    got = kubectl_aibom(
+        env,
+        "history",
+        "Deployment/web",
+        "-n",
+        env.ns,
+        f"--keys-configmap={env.ns}/{KEYS_CM}",
+        *args,
+    )
+    assert got.returncode == 0, got.stderr
+    versions: list[dict[str, Any]] = json.loads(got.stdout)["versions"]
+    return versions
