@@ -80,6 +80,12 @@ class Client:
         self._verify = verify
         self._ready = False
 
+    def reload(self) -> None:
+        """Read the credentials file again (a rotated Secret), on the next request."""
+        self._backend = "token"
+        self._reg = self._make(self._verify)
+        self._ready = False
+
     def _make(self, verify: bool | str) -> _Registry:
         reg = _Registry(hostname=self.endpoint.host, tls_verify=verify, auth_backend=self._backend)
         reg.session = _Session(self.endpoint.timeout)
@@ -114,8 +120,8 @@ class Client:
             raise OciError(f"{what}: TLS: {_short(exc)}") from None
         except requests.exceptions.RequestException as exc:
             raise OciError(f"{what}: {type(exc).__name__}: {_short(exc)}") from None
-        except ValueError as exc:  # the library: "Cannot respond to request for authentication"
-            raise OciError(f"{what}: {exc}", status=401) from None
+        except ValueError as exc:
+            raise _library_error(what, exc) from None
         return resp
 
     def _probe(self) -> None:
@@ -129,12 +135,13 @@ class Client:
         except requests.exceptions.RequestException as exc:
             raise OciError(f"{self.endpoint.host}: {type(exc).__name__}: {_short(exc)}") from None
         challenge = resp.headers.get("Www-Authenticate", "")
-        if challenge.lower().startswith("basic") and self._backend != "basic":
-            basic = getattr(self._reg.auth, "_basic_auth", None)
+        basic = getattr(self._reg.auth, "_basic_auth", None)
+        if challenge.lower().startswith("basic") and basic and self._backend != "basic":
+            # htpasswd registries (distribution's own auth) ask for Basic credentials on
+            # every request; the token backend would look for a token realm instead.
             self._backend = "basic"
             self._reg = self._make(self._verify)
-            if basic:
-                self._reg.auth._basic_auth = basic
+            self._reg.auth._basic_auth = basic
         if resp.status_code >= 500 or resp.status_code == 429:
             _raise(f"{self.endpoint.host}/v2/", resp)
         self._ready = True
@@ -267,7 +274,7 @@ class Client:
             except requests.exceptions.RequestException as exc:
                 raise OciError(f"upload {digest} to {c}: {_short(exc)}") from None
             except ValueError as exc:
-                raise OciError(f"upload {digest} to {c}: {exc}", status=401) from None
+                raise _library_error(f"upload {digest} to {c}", exc) from None
         _check(f"upload {digest} to {c}", resp)
 
     def push_manifest(self, repository: str, reference: str, body: Mapping[str, Any]) -> str:
@@ -286,7 +293,7 @@ class Client:
         except requests.exceptions.RequestException as exc:
             raise OciError(f"push manifest {c}: {_short(exc)}") from None
         except ValueError as exc:
-            raise OciError(f"push manifest {c}: {exc}", status=401) from None
+            raise _library_error(f"push manifest {c}", exc) from None
         _check(f"push manifest {c}", resp)
         return resp
 
@@ -387,6 +394,14 @@ def _errors(resp: requests.Response) -> str:
         f"{e.get('code', '')} {e.get('message', '')}".strip() for e in errors if isinstance(e, dict)
     ]
     return (": " + "; ".join(words))[:300] if words else ""
+
+
+def _library_error(what: str, exc: ValueError) -> OciError:
+    """The library raises ValueError for a refused authentication ("Cannot respond to
+    request for authentication") and for an upload session the registry would not open
+    ("Issue retrieving session url: <its error body>", e.g. a full disk): 401, else 500."""
+    status = 401 if "authentication" in str(exc) else 500
+    return OciError(f"{what}: {_short(exc)}", status=status)
 
 
 def _short(exc: BaseException) -> str:

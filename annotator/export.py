@@ -75,6 +75,7 @@ ENTRIES_KEY: Final = "versions.json"
 # binaryData adds a third; a ConfigMap holds 1 MiB).
 BATCH_BYTES: Final = 600 * 1024
 DEFAULT_BACKLOG_BYTES: Final = 64 << 20
+MIN_BACKLOG_BYTES: Final = 1024
 MIN_BACKOFF: Final = 1.0
 MAX_BACKOFF: Final = 300.0
 
@@ -201,6 +202,7 @@ class Exporter:
         self._failures = 0
         self._paused_until = 0.0
         self._overflowed: dict[tuple[str, str], trail.RootId] = {}
+        self._reload_credentials = False
         self._logged: set[tuple[str, ...]] = set()
         self._locks_lock = threading.Lock()
         self._subject_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -415,6 +417,13 @@ class Exporter:
                 self._failed(entry, exc)
                 self._queue.put_nowait(entry)
                 continue
+            except Exception as exc:  # a bug, or the library's: logged, retried, never lost
+                log.exception(
+                    "export crashed (a bug); will retry", extra={"digest": entry.version.digest}
+                )
+                self._failed(entry, OciError(f"{type(exc).__name__}: {exc}"))
+                self._queue.put_nowait(entry)
+                continue
             finally:
                 self.metrics.push_seconds.observe(time.perf_counter() - began)
             self._failures = 0
@@ -441,6 +450,7 @@ class Exporter:
             delay = max(delay, min(exc.retry_after, self.settings.max_backoff))
         self._paused_until = max(self._paused_until, time.monotonic() + delay)
         self.metrics.failures.labels(exc.reason).inc()
+        self._reload_credentials = exc.reason == "auth"
         log.warning(
             "export failed; will retry",
             extra={
@@ -455,6 +465,9 @@ class Exporter:
     def _push(self, entry: Pending) -> str:
         """One version, referrers first, the tag last (blocking: runs in a thread)."""
         c, s, v = self.client, self.settings, entry.version
+        if self._reload_credentials:
+            self._reload_credentials = False
+            c.reload()  # a 401/403 may be a rotated Secret: read it again
         repo = trail.check_repository(trail.root_repository(s.endpoint.prefix, v.cluster, v.root))
         if c.head_manifest(repo, v.tag) is not None:
             return "present"
@@ -775,8 +788,8 @@ def export_of(args: Any) -> ExportSettings | None:
         path = getattr(args, flag, None)
         if path and not os.path.isfile(path):
             raise ValueError(f"--{flag.replace('_', '-')} {path}: no such file")
-    if args.export_backlog_bytes < BATCH_BYTES:
-        raise ValueError(f"--export-backlog-bytes must be at least {BATCH_BYTES}")
+    if args.export_backlog_bytes < MIN_BACKLOG_BYTES:
+        raise ValueError(f"--export-backlog-bytes must be at least {MIN_BACKLOG_BYTES}")
     if args.export_timeout <= 0 or args.export_workers < 1:
         raise ValueError("--export-timeout must be > 0 and --export-workers >= 1")
     try:

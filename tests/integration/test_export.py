@@ -12,8 +12,11 @@ an event: a metric, a ConfigMap, a tag, a log line; never a fixed sleep.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +33,7 @@ from aibom_edge.oci_client import Client
 from annotator.export import BACKLOG_SELECTOR, now_rfc3339
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.controlplane.components.registry import Registry
+from tests.integration.registryproxy import RegistryProxy
 from tests.integration.support import (
     Annotator,
     StartAnnotator,
@@ -387,3 +391,189 @@ def history(env: Env, *args: str) -> list[dict[str, Any]]:
     assert got.returncode == 0, got.stderr
     versions: list[dict[str, Any]] = json.loads(got.stdout)["versions"]
     return versions
+
+
+# ------------------------------------------------------------------------------- faults
+
+
+def current_exported(env: Env, name: str) -> bool:
+    """The cluster's document of Deployment `name` is a version in the registry."""
+    cm = docs(env.cp, env.ns).get(f"aibom-deployment-{name}")
+    if cm is None:
+        return False
+    want = cm["metadata"]["annotations"]["aibom.dev/input-hash"]
+    c, repo = env.client(), env.repo(name)
+    return any(
+        c.manifest(repo, tag)["annotations"][trail.A_INPUT_HASH] == want
+        for tag in env.versions(repo)
+    )
+
+
+def recorded(env: Env) -> int:
+    """Versions waiting in the backlog ConfigMaps."""
+    return sum(len(json.loads(cm["data"]["versions.json"])) for cm in backlog(env.cp, env.ns))
+
+
+def pushed_once(proxy_or_log: list[str]) -> None:
+    tags = [p for p in proxy_or_log if "/manifests/sha256-" in p]
+    assert len(tags) == len(set(tags)), f"a version was pushed twice: {tags}"
+
+
+def registry_pushes(registry: Registry) -> list[str]:
+    """The version tags the registry accepted (its own access log: PUT .../manifests/sha256-)."""
+    out = []
+    for line in registry.log_file.read_text(errors="replace").splitlines():
+        found = re.search(r'"PUT (/v2/\S+/manifests/sha256-[0-9a-f]{64}) HTTP/1.1" 201', line)
+        if found:
+            out.append(found.group(1))
+    return out
+
+
+FAULTS = {
+    "403": dict(status=403),
+    "429": dict(status=429, retry_after=1),
+    "500": dict(status=500),
+    "503": dict(status=503),
+}
+REASON = {"403": "auth", "429": "throttled", "500": "server", "503": "server"}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_refusing_registry_delays_exports_never_documents(env: Env, fault: str) -> None:
+    with RegistryProxy(env.cp, env.registry.url) as proxy:
+        proxy.refuse(**FAULTS[fault])  # type: ignore[arg-type]
+        env.creds.write_text(env.registry.dockerconfigjson(proxy.host))
+        a = env.annotator(host=proxy.host)
+        apply(env.kubectl, deployment(env.ns, "web"))
+        # The document is written while the registry refuses; the version waits.
+        wait_for("the document", lambda: "aibom-deployment-web" in docs(env.cp, env.ns))
+        wait_for(
+            f"a {fault} counted",
+            lambda: a.metric(FAILURES, {"reason": REASON[fault]}) >= 1,
+            timeout=30,
+        )
+        assert recorded(env) >= 1
+        assert not env.versions(env.repo("web"))
+        if fault == "429":  # the registry's Retry-After is honoured
+            waits = [r.get("retry_in_s", 0) for r in a.records() if r.get("reason") == "throttled"]
+            assert waits and min(waits) >= 1, waits
+        proxy.restore()
+        wait_for("the version exported", lambda: current_exported(env, "web"), timeout=60)
+        wait_for("the backlog emptied", lambda: not backlog(env.cp, env.ns), timeout=30)
+        pushed_once(proxy.pushes())
+
+
+def test_wrong_credentials_then_a_rotated_secret(env: Env) -> None:
+    """401 from the real registry (htpasswd refuses the password); the Secret's file is
+    then rewritten with the right one, and the annotator reads it again."""
+    good = env.creds.read_text()
+    env.creds.write_text(good.replace(env.registry.authorization().removeprefix("Basic "), "eDp5"))
+    a = env.annotator()
+    apply(env.kubectl, deployment(env.ns, "web"))
+    wait_for("the document", lambda: "aibom-deployment-web" in docs(env.cp, env.ns))
+    wait_for("a 401 counted", lambda: a.metric(FAILURES, {"reason": "auth"}) >= 1, timeout=30)
+    env.creds.write_text(good)
+    wait_for("the version exported", lambda: current_exported(env, "web"), timeout=60)
+
+
+def test_a_slow_registry_times_out_and_is_retried(env: Env) -> None:
+    with RegistryProxy(env.cp, env.registry.url) as proxy:
+        proxy.delay(3.0)
+        env.creds.write_text(env.registry.dockerconfigjson(proxy.host))
+        a = env.annotator("--export-timeout=1", host=proxy.host)
+        apply(env.kubectl, deployment(env.ns, "web"))
+        wait_for("the document", lambda: "aibom-deployment-web" in docs(env.cp, env.ns))
+        wait_for(
+            "a timeout counted",
+            lambda: a.metric(FAILURES, {"reason": "unreachable"}) >= 1,
+            timeout=30,
+        )
+        proxy.restore()
+        wait_for("the version exported", lambda: current_exported(env, "web"), timeout=60)
+        pushed_once(proxy.pushes())
+
+
+def test_a_full_registry_then_space(env: Env) -> None:
+    """A registry whose disk is full (its storage on a 64 KiB tmpfs: uploads fail with
+    ENOSPC inside the real registry) refuses the push; with space again, it lands."""
+    reg = env.registry
+    storage = reg.work_dir / "storage"
+    reg.stop()
+    storage.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(storage)], check=True)
+    try:
+        filler = storage / "filler"
+        # leave the registry no room for a document
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            f.write(b"\0" * (64 << 10))
+        reg.start()
+        a = env.annotator()
+        apply(env.kubectl, deployment(env.ns, "web"))
+        wait_for("the document", lambda: "aibom-deployment-web" in docs(env.cp, env.ns))
+        wait_for("a refusal counted", lambda: a.metric(FAILURES) >= 1, timeout=30)
+        assert recorded(env) >= 1
+        reasons = {
+            r.get("reason") for r in a.records() if r.get("msg") == "export failed; will retry"
+        }
+        assert reasons & {"server", "refused"}, reasons
+        filler.unlink()  # space again
+        wait_for("the version exported", lambda: current_exported_on_tmpfs(env), timeout=60)
+    finally:
+        reg.stop()
+        subprocess.run(["umount", str(storage)], check=False)
+        reg.start()
+
+
+def current_exported_on_tmpfs(env: Env) -> bool:
+    return bool(env.versions(env.repo("web"))) and not backlog(env.cp, env.ns)
+
+
+def test_registry_down_then_a_leader_change_then_up(env: Env) -> None:
+    """Versions recorded while the registry is down survive the leader's death: the next
+    leader reads the backlog and pushes each once when the registry is back."""
+    reg = env.registry
+    reg.stop()
+    a = env.annotator()
+    b = env.annotator(ident="annotator-b", wait=False).wait_ready()
+    for name in ("one", "two", "three"):
+        apply(env.kubectl, deployment(env.ns, name))
+    wait_for(
+        "three documents",
+        lambda: (
+            {f"aibom-deployment-{n}" for n in ("one", "two", "three")} <= set(docs(env.cp, env.ns))
+        ),
+    )
+    wait_for("unreachable counted", lambda: a.metric(FAILURES, {"reason": "unreachable"}) >= 1)
+    waiting = recorded(env)
+    assert waiting >= 3
+    a.kill()  # the leader dies with its backlog in the cluster
+    b.wait_leading(timeout=60)
+    wait_for("b read the backlog", lambda: b.metric("aibom_annotator_export_backlog_versions") >= 3)
+    before = len(registry_pushes(reg))
+    reg.start()
+    for name in ("one", "two", "three"):
+        wait_for(f"{name} exported", functools.partial(current_exported, env, name), timeout=90)
+    wait_for("the backlog emptied", lambda: not backlog(env.cp, env.ns), timeout=30)
+    pushes = registry_pushes(reg)[before:]
+    pushed_once(pushes)
+    assert b.metric(EXPORTED, {"result": "pushed"}) + b.metric(EXPORTED, {"result": "present"}) >= 3
+
+
+def test_past_the_bound_versions_are_dropped_counted_and_caught_up(env: Env) -> None:
+    reg = env.registry
+    reg.stop()
+    a = env.annotator("--export-backlog-bytes=1024")
+    for name in ("one", "two", "three"):
+        apply(env.kubectl, deployment(env.ns, name))
+    wait_for(
+        "three documents (never held up by the full backlog)",
+        lambda: (
+            {f"aibom-deployment-{n}" for n in ("one", "two", "three")} <= set(docs(env.cp, env.ns))
+        ),
+    )
+    wait_for("drops counted", lambda: a.metric("aibom_annotator_export_dropped_total") >= 2)
+    assert a.metric("aibom_annotator_export_backlog_bytes") <= 1024
+    reg.start()
+    # Once the backlog drains, each dropped root's current document is exported.
+    for name in ("one", "two", "three"):
+        wait_for(f"{name} exported", functools.partial(current_exported, env, name), timeout=90)

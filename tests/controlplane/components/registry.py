@@ -66,6 +66,7 @@ class Registry(Component):
     port = 0
     debug_port = 0
     password = ""
+    log_file = Path()  # its log (kept across stop and start: the access log of every run)
 
     @classmethod
     def build(cls) -> None:
@@ -94,7 +95,10 @@ class Registry(Component):
             self._serving = self.plane.issue_serving_cert("registry")
         config = self.work_dir / "config.yml"
         config.write_text(json.dumps(self._config(), indent=2) + "\n")  # YAML is a JSON superset
-        self.spawn("registry", [str(ensure(BUILD) / "bin" / "registry"), "serve", str(config)])
+        proc = self.spawn(
+            "registry", [str(ensure(BUILD) / "bin" / "registry"), "serve", str(config)]
+        )
+        self.log_file = proc.log_path
         self.wait("/v2/ with its password", self._ready)
         self.ready_after(began)
 
@@ -130,10 +134,11 @@ class Registry(Component):
         token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         return f"Basic {token}"
 
-    def dockerconfigjson(self, host: str | None = None) -> str:
-        """A ``kubernetes.io/dockerconfigjson`` Secret's ``.dockerconfigjson`` for it."""
+    def dockerconfigjson(self, *hosts: str) -> str:
+        """A ``kubernetes.io/dockerconfigjson`` Secret's ``.dockerconfigjson`` for it (and
+        for `hosts` in front of it, such as a test's proxy)."""
         auth = self.authorization().removeprefix("Basic ")
-        return json.dumps({"auths": {host or self.host: {"auth": auth}}})
+        return json.dumps({"auths": {h: {"auth": auth} for h in (self.host, *hosts)}})
 
     def get(self, path: str, *, accept: str = "") -> tuple[int, bytes, dict[str, str]]:
         """One authenticated GET (TLS verified against the cluster CA)."""
