@@ -35,6 +35,7 @@ from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.controlplane.components.registry import Registry
 from tests.integration.registryproxy import RegistryProxy
 from tests.integration.support import (
+    RBAC,
     Annotator,
     StartAnnotator,
     apply,
@@ -42,8 +43,10 @@ from tests.integration.support import (
     docs,
     items,
     set_digest,
+    token_kubeconfig,
     wait_for,
 )
+from tests.integration.test_annotator_faults import POLICY, sa_request
 from tests.integration.test_signing import KEYS_CM, mount, new_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.components("registry")]
@@ -112,7 +115,12 @@ class Env:
     tmp: Path
 
     def annotator(
-        self, *extra: str, host: str | None = None, ident: str = "annotator-a", wait: bool = True
+        self,
+        *extra: str,
+        host: str | None = None,
+        ident: str = "annotator-a",
+        wait: bool = True,
+        kubeconfig: Path | None = None,
     ) -> Annotator:
         """An annotator that signs (a key of `keys new`) and exports to `host` (the registry)."""
         key = self.tmp / "secret-volume" / "tls.key"
@@ -129,6 +137,7 @@ class Env:
             *extra,
             ident=ident,
             wait=wait,
+            kubeconfig=kubeconfig,
         )
 
     def client(self) -> Client:
@@ -577,3 +586,54 @@ def test_past_the_bound_versions_are_dropped_counted_and_caught_up(env: Env) -> 
     # Once the backlog drains, each dropped root's current document is exported.
     for name in ("one", "two", "three"):
         wait_for(f"{name} exported", functools.partial(current_exported, env, name), timeout=90)
+
+
+# ------------------------------------------------------------------------------- least privilege
+
+
+def test_the_shipped_rbac_and_policy_allow_the_trail_and_nothing_more(env: Env) -> None:
+    """As the real ServiceAccount under the shipped ClusterRole, Lease Role and writes
+    policy: the JWK set is published, the backlog is written and deleted, versions land;
+    a backlog ConfigMap outside the annotator's namespace is refused by the policy."""
+    cp = env.cp
+    if not cp.request("GET", "/api/v1/namespaces/aibom-system").ok:
+        cp.kubectl("create", "namespace", "aibom-system")
+    cp.kubectl("apply", "--server-side", "-f", str(RBAC))
+    cp.kubectl("apply", "--server-side", "-f", str(POLICY))
+    token = cp.kubectl(
+        "create", "token", "aibom-rollup-annotator", "-n", "aibom-system", "--duration=1h"
+    ).stdout.strip()
+    elsewhere = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "aibom-export-elsewhere",
+            "namespace": env.ns,
+            "labels": {"app.kubernetes.io/managed-by": "aibom-rollup-export"},
+        },
+    }
+
+    def policy_refuses() -> bool:  # in force once the API server's informer has it
+        status, _ = sa_request(
+            cp, token, "POST", f"/api/v1/namespaces/{env.ns}/configmaps?dryRun=All", elsewhere
+        )
+        return status == 403
+
+    wait_for("the policy in force", policy_refuses, 60)
+    kubeconfig = token_kubeconfig(cp, env.tmp / "sa.kubeconfig", "sa", token)
+    env.registry.stop()  # versions wait in the backlog, in aibom-system
+    a = env.annotator(
+        "--lease-namespace=aibom-system",
+        "--lease-name=aibom-rollup-annotator",
+        "--keys-configmap=aibom-system/aibom-signing-keys",
+        "--export-backlog-namespace=aibom-system",
+        kubeconfig=kubeconfig,
+    )
+    apply(env.kubectl, deployment(env.ns, "web"))
+    wait_for("the document", lambda: "aibom-deployment-web" in docs(cp, env.ns), 60)
+    wait_for("the backlog in aibom-system", lambda: backlog(cp, "aibom-system"), 30)
+    assert cp.request("GET", "/api/v1/namespaces/aibom-system/configmaps/aibom-signing-keys").ok
+    env.registry.start()
+    wait_for("exported", functools.partial(current_exported, env, "web"), timeout=60)
+    wait_for("the backlog deleted", lambda: not backlog(cp, "aibom-system"), 30)
+    assert a.metric("aibom_annotator_errors_total") == 0, a.tail()
