@@ -36,6 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from demo import trail  # noqa: E402
 from tests.controlplane import cache_dir, child_env, owner_reference  # noqa: E402
 
 NS = "aibom-demo"
@@ -61,6 +62,7 @@ class Cluster:
         # How kube-apiserver authenticates to the webhook (tests.controlplane up
         # --webhook-client): {"host", "client_ca_file", "token_file"}, or None.
         self.caller: dict[str, str] | None = None
+        self.registry: dict[str, Any] | None = None  # the export registry (demo/trail.py)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(
@@ -95,7 +97,7 @@ def control_plane() -> Cluster:
         " LeaderWorkerSet controller from tests/controlplane (first run: builds them, with progress)"
     )
     up = subprocess.run(
-        [PY, "-m", "tests.controlplane", "up", "--with", "lws",
+        [PY, "-m", "tests.controlplane", "up", "--with", "lws,registry",
          "--webhook-client", f"127.0.0.1:{WEBHOOK_PORT}"],
         cwd=REPO, check=False,
     )  # fmt: skip
@@ -106,6 +108,7 @@ def control_plane() -> Cluster:
     state = json.loads((UP_DIR / "state.json").read_text())
     cluster = Cluster(state["kubeconfig"], state["kubectl"])
     cluster.caller = state.get("webhook_caller")
+    cluster.registry = trail.registry_of(state)
     return cluster
 
 
@@ -194,14 +197,19 @@ def processes(cluster: Cluster) -> None:
     )  # fmt: skip
     _wait_http(f"https://127.0.0.1:{WEBHOOK_PORT}/readyz", "the webhook")
     cluster.kubectl("apply", "-f", str(certs / "mutatingwebhook.yaml"))
-    step(f"annotator (metrics :{METRICS_PORT}, log {STATE / 'annotator.log'})")
+    step(
+        f"annotator (metrics :{METRICS_PORT}, log {STATE / 'annotator.log'}), signing every"
+        " document and exporting each version to the local registry"
+    )
     cluster.kubectl("create", "namespace", "aibom-system", check=False)
+    export = trail.annotator_args(cluster.registry, STATE) if cluster.registry else []
     _start(
         "annotator",
         ["--kubeconfig", cluster.kubeconfig, "--lease-namespace", "aibom-system",
          "--bind-address", "127.0.0.1", "--metrics-port", str(METRICS_PORT),
          "--health-port", str(HEALTH_PORT), "--log-format", "text",
-         "--provenance-key", str(certs / "provenance.key")],
+         "--provenance-key", str(certs / "provenance.key"),
+         "--signing-key", str(certs / "signing.key"), *export],
         cluster,
     )  # fmt: skip
     _wait_http(f"http://127.0.0.1:{HEALTH_PORT}/readyz", "the annotator")
@@ -434,7 +442,7 @@ def show(cluster: Cluster, timeout: float = 60) -> None:
 
 def plugin(cluster: Cluster) -> None:
     """`kubectl aibom`, the installed plugin, found by the real kubectl on PATH."""
-    env = dict(cluster.env)
+    env = trail.plugin_env(cluster.env, cluster.registry, STATE)
     env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
     pod = next(
         (p["metadata"]["name"] for p in json.loads(cluster.kubectl(
@@ -480,6 +488,11 @@ def main() -> int:
     show(cluster)
     chains(cluster)
     plugin(cluster)
+    if cluster.registry is not None:
+        step(f"kubectl aibom history dgd/vllm-agg -n {NS}: its versions in the registry, signed")
+        env = trail.plugin_env(cluster.env, cluster.registry, STATE)
+        env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
+        trail.show(cluster.kubectl_bin, env, NS, "DynamoGraphDeployment/vllm-agg")
     step(f"done in {time.monotonic() - t0:.0f} s; everything keeps running")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
     print(f"  {cluster.kubectl_bin} get configmaps -n {NS}")

@@ -42,6 +42,10 @@ DEMO_OUTPUT = (
     "field managers: lws",
     "[real  ] LeaderWorkerSet -> leader StatefulSet",
     "[played] DynamoGraphDeployment",
+    # Signed by default, exported to the local registry, its history shown.
+    "==> kubectl aibom history dgd/vllm-agg -n aibom-demo",
+    "history of DynamoGraphDeployment/vllm-agg (namespace aibom-demo)",
+    "(first version)",
 )
 
 
@@ -92,6 +96,15 @@ def test_make_demo(tmp_path: Path) -> None:
             "aibom-leaderworkerset-vllm",
             "aibom-nimservice-meta-llama-3-2-1b-instruct",
         ]
+        # Signed by default: every document verifies against the published key set,
+        # and the plugin's get says so.
+        verify = subprocess.run(
+            [sys.executable, "-m", "aibom_rollup", "verify", "--kubeconfig", state["kubeconfig"],
+             "-n", "aibom-demo"],
+            capture_output=True, text=True, env=child_env(), cwd=REPO_ROOT, check=False,
+        )  # fmt: skip
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert [line.split()[0] for line in verify.stdout.splitlines()] == ["valid"] * 5
     finally:
         subprocess.run(
             [*demo, "down"], env=env, cwd=REPO_ROOT, capture_output=True, timeout=120, check=False
