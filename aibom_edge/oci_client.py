@@ -148,41 +148,43 @@ class Client:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def head_manifest(self, repository: str, reference: str) -> dict[str, Any] | None:
-        """`{mediaType, digest, size}` of a manifest (a subject descriptor), None if absent."""
+    def _get_manifest(
+        self, repository: str, reference: str, *, method: str = "GET", accept: str = MANIFEST_ACCEPT
+    ) -> requests.Response | None:
+        """One manifest request: None when it does not exist, else a checked answer."""
         c = self._container(repository, reference)
+        what = f"{method} {c}"
         resp = self._call(
-            f"HEAD {c}", "HEAD", f"/v2/{c.api_prefix}/manifests/{reference}",
-            headers={"Accept": MANIFEST_ACCEPT},
-        )  # fmt: skip
+            what, method, f"/v2/{c.api_prefix}/manifests/{reference}", headers={"Accept": accept}
+        )
         if resp.status_code == 404:
             return None
-        _check(f"HEAD {c}", resp)
+        _check(what, resp)
+        return resp
+
+    def head_manifest(self, repository: str, reference: str) -> dict[str, Any] | None:
+        """`{mediaType, digest, size}` of a manifest (a subject descriptor), None if absent."""
+        resp = self._get_manifest(repository, reference, method="HEAD")
+        if resp is None:
+            return None
         media = resp.headers.get("Content-Type", "").split(";")[0].strip()
         digest = resp.headers.get("Docker-Content-Digest", "")
         size = int(resp.headers.get("Content-Length") or 0)
         if not media or not digest or not size:
-            # Some registries answer HEAD without these: GET then.
-            got = self._call(
-                f"GET {c}", "GET", f"/v2/{c.api_prefix}/manifests/{reference}",
-                headers={"Accept": MANIFEST_ACCEPT},
-            )  # fmt: skip
-            _check(f"GET {c}", got)
+            # Some registries (and proxies) answer HEAD without these: GET then.
+            got = self._get_manifest(repository, reference)
+            if got is None:
+                return None
             media = got.headers.get("Content-Type", "").split(";")[0].strip()
             digest = got.headers.get("Docker-Content-Digest", "") or reference
             size = len(got.content)
         return {"mediaType": media, "digest": digest, "size": size}
 
     def manifest(self, repository: str, reference: str) -> dict[str, Any]:
-        c = self._container(repository, reference)
-        resp = self._call(
-            f"GET {c}", "GET", f"/v2/{c.api_prefix}/manifests/{reference}",
-            headers={"Accept": MANIFEST_ACCEPT},
-        )  # fmt: skip
-        _check(f"GET {c}", resp)
-        body = resp.json()
+        resp = self._get_manifest(repository, reference)
+        body = resp.json() if resp is not None else None
         if not isinstance(body, dict):
-            raise OciError(f"GET {c}: the manifest is not a JSON object")
+            raise OciError(f"GET {repository}:{reference}: no such manifest", status=404)
         return body
 
     def blob(self, repository: str, digest: str) -> bytes:
@@ -236,16 +238,8 @@ class Client:
         return [m for m in found if isinstance(m, dict) and m.get("artifactType") == artifact_type]
 
     def _fallback_index(self, repository: str, digest: str) -> dict[str, Any] | None:
-        tag = digest.replace(":", "-")
-        c = self._container(repository, tag)
-        resp = self._call(
-            f"GET {c}", "GET", f"/v2/{c.api_prefix}/manifests/{tag}",
-            headers={"Accept": INDEX_MEDIA_TYPE},
-        )  # fmt: skip
-        if resp.status_code == 404:
-            return None
-        _check(f"GET {c}", resp)
-        body = resp.json()
+        resp = self._get_manifest(repository, digest.replace(":", "-"), accept=INDEX_MEDIA_TYPE)
+        body = resp.json() if resp is not None else None
         return body if isinstance(body, dict) else None
 
     # -- writes --------------------------------------------------------------------------------

@@ -784,8 +784,7 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     h.add_argument("-n", "--namespace", metavar="NS", default="default", help="its namespace")
     h.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
     trail_source.add_trail_options(h)
-    g = h.add_argument_group("signature keys")
-    g.add_argument("--key", action="append", default=[], metavar="FILE", help="trusted key(s)")
+    trail_commands.add_key_options(h)
     add_core_options(h)
     h.set_defaults(func=cmd_history)
 

@@ -37,30 +37,16 @@ from aibom_rollup.trail_source import (
     parse_time,
     short,
 )
-from aibom_rollup.verify import keys_of_text
+from aibom_rollup.verify import add_key_options, keys_of_text
+
+__all__ = ["add_at_option", "add_history_parser", "add_key_options", "at_source", "keys_for",
+           "run_history", "signatures"]  # fmt: skip
 
 # Options of these commands that take a value (kubectl_aibom.hoist must know them).
 VALUED = frozenset(
     {"--at", "--registry", "--registry-credentials", "--registry-ca-file", "--cluster-id",
      "--key", "--keys-configmap"}
 )  # fmt: skip
-
-
-def add_key_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("signature keys")
-    g.add_argument(
-        "--key",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="trusted key(s): JWK set, JWK, PEM, or the key ConfigMap as JSON (repeatable)",
-    )
-    g.add_argument(
-        "--keys-configmap",
-        default=jsf.DEFAULT_KEYS_CONFIGMAP,
-        metavar="NAMESPACE/NAME",
-        help="without --key: the JWK set the annotator publishes (default: %(default)s)",
-    )
 
 
 def add_at_option(p: argparse.ArgumentParser) -> None:

@@ -50,33 +50,23 @@ class Entry:
     change: trail.Change
 
 
+# (flag, metavar, environment variable, what it is)
+TRAIL_OPTIONS = (
+    ("--registry", "HOST[:PORT][/PREFIX]", "AIBOM_EXPORT_REGISTRY",
+     "the annotator's --export-registry"),
+    ("--registry-credentials", "FILE", "AIBOM_EXPORT_CREDENTIALS",
+     "a docker config JSON with the registry's credentials (else anonymous)"),
+    ("--registry-ca-file", "FILE", "AIBOM_EXPORT_CA_FILE",
+     "PEM CA bundle of the registry (else the system's)"),
+    ("--cluster-id", "ID", "AIBOM_CLUSTER_ID",
+     "the annotator's --export-cluster-id (else the UID of namespace kube-system of the "
+     "cluster, as the annotator's default)"),
+)  # fmt: skip
+
+
 def add_trail_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    p.add_argument(
-        "--registry",
-        metavar="HOST[:PORT][/PREFIX]",
-        default=os.environ.get("AIBOM_EXPORT_REGISTRY"),
-        help="the annotator's --export-registry (default: $AIBOM_EXPORT_REGISTRY)",
-    )
-    p.add_argument(
-        "--registry-credentials",
-        metavar="FILE",
-        default=os.environ.get("AIBOM_EXPORT_CREDENTIALS"),
-        help="a docker config JSON with the registry's credentials "
-        "(default: $AIBOM_EXPORT_CREDENTIALS, else anonymous)",
-    )
-    p.add_argument(
-        "--registry-ca-file",
-        metavar="FILE",
-        default=os.environ.get("AIBOM_EXPORT_CA_FILE"),
-        help="PEM CA bundle of the registry (default: $AIBOM_EXPORT_CA_FILE, else the system's)",
-    )
-    p.add_argument(
-        "--cluster-id",
-        metavar="ID",
-        default=os.environ.get("AIBOM_CLUSTER_ID"),
-        help="the annotator's --export-cluster-id (default: $AIBOM_CLUSTER_ID, else the UID of "
-        "namespace kube-system of the cluster, as the annotator's default)",
-    )
+    for flag, metavar, env, what in TRAIL_OPTIONS:
+        p.add_argument(flag, metavar=metavar, default=os.environ.get(env), help=f"{what} (${env})")
 
 
 def endpoint_of(args: argparse.Namespace) -> Endpoint:

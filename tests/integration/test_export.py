@@ -537,6 +537,17 @@ def current_exported_on_tmpfs(env: Env) -> bool:
     return bool(env.versions(env.repo("web"))) and not backlog(env.cp, env.ns)
 
 
+THREE = ("one", "two", "three")
+
+
+def three_roots(env: Env, what: str) -> None:
+    """Three Deployments, and their documents written (whatever the registry does)."""
+    for name in THREE:
+        apply(env.kubectl, deployment(env.ns, name))
+    want = {f"aibom-deployment-{n}" for n in THREE}
+    wait_for(what, lambda: want <= set(docs(env.cp, env.ns)))
+
+
 def test_registry_down_then_a_leader_change_then_up(env: Env) -> None:
     """Versions recorded while the registry is down survive the leader's death: the next
     leader reads the backlog and pushes each once when the registry is back."""
