@@ -254,10 +254,8 @@ class Client:
 
     def push_blob(self, repository: str, data: bytes, digest: str) -> None:
         """Upload a blob unless the repository has it (the library's `upload_blob`, which
-        reads a file: the bytes go through a temporary one)."""
+        asks first, and reads a file: the bytes go through a temporary one)."""
         c = self._container(repository)
-        if self.has_blob(repository, digest):
-            return
         self._probe()
         layer = {"mediaType": "application/octet-stream", "digest": digest, "size": len(data)}
         with tempfile.NamedTemporaryFile(prefix="aibom-blob-") as tmp:

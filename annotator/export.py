@@ -76,6 +76,8 @@ ENTRIES_KEY: Final = "versions.json"
 BATCH_BYTES: Final = 600 * 1024
 DEFAULT_BACKLOG_BYTES: Final = 64 << 20
 MIN_BACKLOG_BYTES: Final = 1024
+SUBJECTS_KEPT: Final = 10_000  # image descriptors remembered (a few MB at most)
+ABSENT_RECHECK: Final = 300.0  # an image absent from the registry is asked for again after
 MIN_BACKOFF: Final = 1.0
 MAX_BACKOFF: Final = 300.0
 
@@ -205,7 +207,9 @@ class Exporter:
         self._reload_credentials = False
         self._logged: set[tuple[str, ...]] = set()
         self._locks_lock = threading.Lock()
-        self._subject_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._stripes = tuple(threading.Lock() for _ in range(64))
+        self._subjects: dict[tuple[str, str], dict[str, Any]] = {}
+        self._absent: dict[tuple[str, str], float] = {}
         self.idle = asyncio.Event()
         self.idle.set()
         self.resumed = asyncio.Event()  # the backlog was read (leading)
@@ -486,7 +490,7 @@ class Exporter:
             if repo is None:
                 self.metrics.referrers.labels("unnamed").inc()
                 continue
-            subject = c.head_manifest(repo, digest)
+            subject = self._subject(repo, digest)
             if subject is None:
                 self.metrics.referrers.labels("image_absent").inc()
                 self._once(
@@ -509,11 +513,35 @@ class Exporter:
                 c.attach(repo, body)
             self.metrics.referrers.labels("attached").inc()
 
-    def _subject_lock(self, repository: str, digest: str) -> threading.Lock:
-        """One lock per image digest: the referrers tag schema's index is read and written
-        back, so two workers attaching to one image must take turns."""
+    def _subject(self, repository: str, digest: str) -> dict[str, Any] | None:
+        """The image manifest's descriptor, or None when the registry does not hold it.
+        Remembered: a digest names one manifest forever (bounded), and an absent image is
+        asked for again only after ABSENT_RECHECK seconds (roots share images: at a cold
+        start of 1,000 roots, one HEAD per image, not one per root)."""
+        key = (repository, digest)
         with self._locks_lock:
-            return self._subject_locks.setdefault((repository, digest), threading.Lock())
+            known = self._subjects.get(key)
+            absent_until = self._absent.get(key, 0.0)
+        if known is not None:
+            return known
+        if absent_until > time.monotonic():
+            return None
+        found = self.client.head_manifest(repository, digest)
+        with self._locks_lock:
+            if found is not None:
+                if len(self._subjects) >= SUBJECTS_KEPT:
+                    self._subjects.pop(next(iter(self._subjects)))
+                self._subjects[key] = found
+            else:
+                if len(self._absent) >= SUBJECTS_KEPT:
+                    self._absent.pop(next(iter(self._absent)))
+                self._absent[key] = time.monotonic() + ABSENT_RECHECK
+        return found
+
+    def _subject_lock(self, repository: str, digest: str) -> threading.Lock:
+        """The lock of an image digest (striped: a fixed set): the referrers tag schema's
+        index is read and written back, so two workers attaching to one image take turns."""
+        return self._stripes[hash((repository, digest)) % len(self._stripes)]
 
     async def _finish(self, entry: Pending) -> None:
         entry.done = True
