@@ -444,7 +444,9 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
             f"configmap {doc.configmap})\n"
         )
         owned = render.owned_of(doc.body)
-        out.write(f"covers: {', '.join(owned) if owned else 'itself only'}\n\n")
+        out.write(f"covers: {', '.join(owned) if owned else 'itself only'}\n")
+        state = trail_commands.signatures([doc], await _signature_keys(args, source))
+        out.write(f"signature: {state[(doc.namespace, doc.root)]}\n\n")
         out.write(
             render.table(
                 ["TYPE", "NAME", "VERSION", "CONFIDENCE", "DIGEST"],

@@ -318,8 +318,13 @@ class Exporter:
         self._queue.put_nowait(entry)  # the worker forgets it (and its batch, if last)
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(self.settings.flush_delay)
-        await self._write_open()
+        # Versions recorded while a batch is being written wait for the next one: loop
+        # until none is left (record() starts a flusher only when none runs).
+        while True:
+            await asyncio.sleep(self.settings.flush_delay)
+            await self._write_open()
+            if not self._open:
+                return
 
     async def _write_open(self) -> None:
         entries, self._open = self._open, []
@@ -327,7 +332,9 @@ class Exporter:
             return
         try:
             batch = await self._create(entries)
-        except (KubeError, TimeoutError, BacklogWriteError) as exc:
+        except Exception as exc:  # every waiting reconcile must hear of it, whatever it is
+            if not isinstance(exc, KubeError | TimeoutError | BacklogWriteError):
+                log.exception("writing the export backlog crashed (a bug); will retry")
             error = exc if isinstance(exc, BacklogWriteError) else BacklogWriteError(str(exc))
             for e in entries:
                 if e.durable is not None and not e.durable.done():

@@ -371,6 +371,11 @@ def test_history_and_at_answer_from_the_registry(env: Env) -> None:
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()
     assert header.split()[-1] == "SIGNATURE" and row.split()[-1] == "valid"
+    one = kubectl_aibom(env, "get", "deploy/web", "-n", ns, "-o", "wide",
+                        f"--keys-configmap={ns}/{KEYS_CM}")  # fmt: skip
+    assert one.returncode == 0 and "signature: valid" in one.stdout, one.stdout + one.stderr
+    unknown = kubectl_aibom(env, "get", "-n", ns, "-o", "json", "--keys-configmap=nowhere/none")
+    assert [i["signature"] for i in json.loads(unknown.stdout)["items"]] == ["unknown-key"]
 
 
 def settled(env: Env) -> None:
