@@ -1155,12 +1155,16 @@ async def export_drained(ann: AnnotatorProcess, roots: int, timeout: float = 900
             log(f"export: {int(done)} versions in the registry {took:.2f} s after start")
             return {
                 "export_drained_seconds": round(took, 2),
-                "exports": {k: v for k, v in m.items() if k.startswith("aibom_annotator_exports_total")},
+                "exports": {
+                    k: v for k, v in m.items() if k.startswith("aibom_annotator_exports_total")
+                },
                 "exports_per_second_since_start": round(pushed / took, 1),
                 "export_push_seconds_mean": round(push_sum / max(pushed, 1), 4),
                 "export_failures": metric_sum(m, "aibom_annotator_export_failures_total"),
                 "export_referrers": {
-                    k: v for k, v in m.items() if k.startswith("aibom_annotator_export_referrers_total")
+                    k: v
+                    for k, v in m.items()
+                    if k.startswith("aibom_annotator_export_referrers_total")
                 },
                 "rss_mib_export_drained": round(rss_kib(ann.pid, "VmHWM") / 1024, 1),
             }
