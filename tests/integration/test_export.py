@@ -560,14 +560,7 @@ def test_registry_down_then_a_leader_change_then_up(env: Env) -> None:
     reg.stop()
     a = env.annotator()
     b = env.annotator(ident="annotator-b", wait=False).wait_ready()
-    for name in ("one", "two", "three"):
-        apply(env.kubectl, deployment(env.ns, name))
-    wait_for(
-        "three documents",
-        lambda: (
-            {f"aibom-deployment-{n}" for n in ("one", "two", "three")} <= set(docs(env.cp, env.ns))
-        ),
-    )
+    three_roots(env, "three documents")
     wait_for("unreachable counted", lambda: a.metric(FAILURES, {"reason": "unreachable"}) >= 1)
     waiting = recorded(env)
     assert waiting >= 3
@@ -588,14 +581,7 @@ def test_past_the_bound_versions_are_dropped_counted_and_caught_up(env: Env) -> 
     reg = env.registry
     reg.stop()
     a = env.annotator("--export-backlog-bytes=1024")
-    for name in ("one", "two", "three"):
-        apply(env.kubectl, deployment(env.ns, name))
-    wait_for(
-        "three documents (never held up by the full backlog)",
-        lambda: (
-            {f"aibom-deployment-{n}" for n in ("one", "two", "three")} <= set(docs(env.cp, env.ns))
-        ),
-    )
+    three_roots(env, "three documents (never held up by the full backlog)")
     wait_for("drops counted", lambda: a.metric("aibom_annotator_export_dropped_total") >= 2)
     assert a.metric("aibom_annotator_export_backlog_bytes") <= 1024
     reg.start()
