@@ -1141,7 +1141,9 @@ def export_args(cp: ControlPlane, workdir: Path) -> list[str]:
     ]
 
 
-async def export_drained(ann: AnnotatorProcess, roots: int, timeout: float = 3600) -> dict[str, Any]:
+async def export_drained(
+    ann: AnnotatorProcess, roots: int, timeout: float = 3600
+) -> dict[str, Any]:
     """From the annotator's start until every recorded version is in the registry (the
     backlog empty and at least one version per root exported): the export's throughput."""
     deadline = time.monotonic() + timeout
