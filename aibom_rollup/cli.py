@@ -6,6 +6,7 @@ Subcommands:
   find       offline: the roots whose AIBOM has an image, model, runtime, framework or API
   models     offline: one row per model, with the roots serving it
   runtimes   offline: one row per runtime and version, with the roots running it
+  history    a root's AIBOM versions in the export registry, and what each changed
   kinds      print the kind registry in effect (the YAML a user would extend)
   policy     print the provenance guard (ValidatingAdmissionPolicy) for the registry
   webhook    run the mutating admission webhook
@@ -757,6 +758,7 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands of `kubectl aibom`, with the same filters and output (every namespace
     unless -n)."""
     from aibom_rollup import kubectl_aibom as plugin
+    from aibom_rollup import trail_commands, trail_source
 
     helps = {
         "find": "offline: the roots whose AIBOM has an image, model, runtime, framework or API",
@@ -780,18 +782,71 @@ def _query_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("-n", "--namespace", metavar="NS", help="only this namespace")
         plugin.add_query_output(p)
         add_core_options(p)
+        trail_commands.add_at_option(p)
         p.set_defaults(query=name)
+    h = sub.add_parser(
+        "history",
+        help="a root's AIBOM versions in the export registry, and what each changed",
+        description="`kubectl aibom history` without kubectl: every version of ROOT's AIBOM "
+        "the annotator exported to --registry (its --export-registry), oldest first: time, "
+        "input hash, digest, signature state (against --key; without one, signed versions "
+        "are unknown-key), and what changed from the version before.",
+    )
+    h.add_argument("target", nargs="+", metavar="ROOT", help="e.g. Deployment/web, dgd/vllm-agg")
+    h.add_argument("-n", "--namespace", metavar="NS", default="default", help="its namespace")
+    h.add_argument("-o", "--output", choices=["table", "wide", "json", "yaml"], default="table")
+    trail_source.add_trail_options(h)
+    trail_commands.add_key_options(h)
+    add_core_options(h)
+    h.set_defaults(func=cmd_history)
 
 
 def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
     from aibom_rollup import kubectl_aibom as plugin
+    from aibom_rollup import trail_commands
 
     args.all_namespaces = not args.namespace
     args.selector = None
     args.max_depth = max_depth_of(args)
     keys = keys_of(args)
-    source = plugin.offline_source(args, registry_of(args), keys, paths=args.inputs or ["-"])
-    return asyncio.run(plugin.COMMANDS[args.query](args, source, keys, out))
+
+    async def run() -> int:
+        if args.at:
+            if args.inputs:
+                raise UsageError("--at reads the export registry: give it without FILE|DIR")
+            at = await trail_commands.at_source(args, None, registry_of(args), "default")
+            return await plugin.COMMANDS[args.query](args, at, keys, out)
+        source = plugin.offline_source(args, registry_of(args), keys, paths=args.inputs or ["-"])
+        return await plugin.COMMANDS[args.query](args, source, keys, out)
+
+    return _trail_failures(lambda: asyncio.run(run()))
+
+
+def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
+    from aibom_core import trail
+    from aibom_core.kindnames import BUILTIN_KINDS, TargetError, parse_target, with_registry
+    from aibom_rollup import trail_commands
+
+    registry = registry_of(args)
+    try:
+        target = parse_target(args.target, with_registry(BUILTIN_KINDS, registry), registry)
+    except TargetError as exc:
+        raise UsageError(str(exc)) from None
+    root = trail.RootId(args.namespace, target.kind.kind, target.name, group=target.kind.group)
+    return _trail_failures(
+        lambda: asyncio.run(trail_commands.run_history(args, root=root, kube=None, out=out))
+    )
+
+
+def _trail_failures(call: Callable[[], int]) -> int:
+    """The registry (or a source) could not answer: one line, exit 1."""
+    from aibom_rollup.sources import SourceError
+
+    try:
+        return call()
+    except SourceError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 _OFFLINE_KEY_HELP = (

@@ -11,6 +11,9 @@ plugin. Subcommands:
                       version range of one), agent framework or LLM API
   models              one row per model: the roots serving it, where, how sure
   runtimes            one row per runtime and version: the roots running it
+  history ROOT        the root's AIBOM versions in the export registry, and what
+                      each changed (`get`, `find`, `models`, `runtimes` take
+                      `--at TIME`: the answer from the documents of that time)
 
 kubectl's habits: --kubeconfig, --context, -n/--namespace, -A, -o, -l; errors
 on stderr as `error: ...`; exit code 0 on success, 1 when the cluster could
@@ -35,7 +38,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from aibom_core import query
+from aibom_core import query, trail
 from aibom_core.explain import Explanation, explanation, traced
 from aibom_core.kindnames import Target, TargetError, parse_target
 from aibom_core.kinds import KindRegistry
@@ -54,7 +57,7 @@ from aibom_edge.options import (
     registry_of,
     tool_version,
 )
-from aibom_rollup import render
+from aibom_rollup import render, trail_commands
 from aibom_rollup.inputs import read_offline
 from aibom_rollup.sources import (
     Doc,
@@ -183,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("target", nargs="*", metavar="ROOT", help="e.g. Deployment/web, dgd/vllm-agg")
     _scope_options(gt)
     gt.add_argument("-o", "--output", choices=["json", "yaml", "wide", "table"])
+    trail_commands.add_key_options(gt)
+    trail_commands.add_at_option(gt)
 
     fd = sub.add_parser(
         "find",
@@ -197,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_find_filters(fd)
     _scope_options(fd)
     add_query_output(fd)
+    trail_commands.add_at_option(fd)
 
     for name, what in (("models", "model"), ("runtimes", "runtime")):
         inv = sub.add_parser(
@@ -212,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _scope_options(inv)
         add_query_output(inv)
+        trail_commands.add_at_option(inv)
+    trail_commands.add_history_parser(sub, [common])
     return parser
 
 
@@ -342,14 +350,17 @@ async def cmd_get(args: argparse.Namespace, source: Source, keys: Keys, out: Tex
     docs = await _documents(source, ns, args.selector)
     fmt = args.output or "table"
     if fmt in ("json", "yaml"):
-        _emit({"items": [_doc_item(d) for d in docs]}, fmt, out)
+        states = trail_commands.signatures(docs, await _signature_keys(args, source))
+        items = [_doc_item(d) | {"signature": states[(d.namespace, d.root)]} for d in docs]
+        _emit({"items": items}, fmt, out)
         return 0
     if not docs:
         where = f'namespace "{ns}"' if ns else "the cluster"
         print(f"No AIBOMs found in {where}.", file=sys.stderr)
         return 0
     header = ["NAMESPACE"] if ns is None else []
-    header += ["ROOT", "OWNED", "IMAGES", "DIGESTS", "MODELS"]
+    header += ["ROOT", "OWNED", "IMAGES", "DIGESTS", "MODELS", "SIGNATURE"]
+    states = trail_commands.signatures(docs, await _signature_keys(args, source))
     if fmt == "wide":
         header += ["CONFIGMAP", "MODEL NAMES"]
     rows = []
@@ -364,12 +375,27 @@ async def cmd_get(args: argparse.Namespace, source: Source, keys: Keys, out: Tex
             str(len(images)),
             str(sum(len(c.digests) for c in images)),
             str(len(models)),
+            states[(d.namespace, d.root)],
         ]
         if fmt == "wide":
             row += [d.configmap, ",".join(m.name for m in models) or "-"]
         rows.append(row)
     out.write(render.table(header, rows))
     return 0
+
+
+async def _signature_keys(args: argparse.Namespace, source: Source) -> Any:
+    """The keys `get` checks signatures with: --key, else the cluster's published set."""
+    return await trail_commands.keys_for(args, getattr(source, "kube", None))
+
+
+async def cmd_history(args: argparse.Namespace, source: Source, keys: Keys, out: TextIO) -> int:
+    target = await _target(source, args.target)
+    ns = args.namespace or source.default_namespace
+    root = trail.RootId(ns, target.kind.kind, target.name, group=target.kind.group)
+    return await trail_commands.run_history(
+        args, root=root, kube=getattr(source, "kube", None), out=out
+    )
 
 
 def _doc_item(d: Doc) -> dict[str, Any]:
@@ -418,7 +444,9 @@ async def _get_one(args: argparse.Namespace, source: Source, keys: Keys, out: Te
             f"configmap {doc.configmap})\n"
         )
         owned = render.owned_of(doc.body)
-        out.write(f"covers: {', '.join(owned) if owned else 'itself only'}\n\n")
+        out.write(f"covers: {', '.join(owned) if owned else 'itself only'}\n")
+        state = trail_commands.signatures([doc], await _signature_keys(args, source))
+        out.write(f"signature: {state[(doc.namespace, doc.root)]}\n\n")
         out.write(
             render.table(
                 ["TYPE", "NAME", "VERSION", "CONFIDENCE", "DIGEST"],
@@ -599,6 +627,7 @@ COMMANDS = {
     "find": cmd_find,
     "models": cmd_models,
     "runtimes": cmd_runtimes,
+    "history": cmd_history,
 }
 
 
@@ -624,6 +653,8 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
     keys = keys_of(args)
     args.max_depth = max_depth_of(args)
     command = COMMANDS[args.command]
+    if args.from_file and getattr(args, "at", None):
+        raise UsageError("--at reads the export registry: give it without --from-file")
     if args.from_file:
         return await command(args, offline_source(args, registry, keys), keys, out)
     namespace = await asyncio.to_thread(_context_namespace, args.kubeconfig, args.context)
@@ -638,6 +669,9 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             prefix=keys.prefix,
             max_depth=args.max_depth,
         )
+        if getattr(args, "at", None):
+            at = await trail_commands.at_source(args, kube, registry, namespace)
+            return await command(args, at, keys, out)
         return await command(args, live, keys, out)
 
 
@@ -663,6 +697,7 @@ _VALUED = frozenset(
         "--runtime",
         "--framework",
         "--service",
+        *trail_commands.VALUED,
     }
 )
 _TOP_LEVEL = frozenset({"-h", "--help", "--version", "--debug"})

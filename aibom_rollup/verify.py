@@ -61,6 +61,22 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         metavar="FILE|-",
         help="documents or ConfigMap dumps (default: the cluster's AIBOM ConfigMaps)",
     )
+    add_key_options(p)
+    cluster = p.add_argument_group("cluster")
+    add_cluster_options(cluster)
+    scope = cluster.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n", "--namespace", help="check this namespace (default: the context's namespace)"
+    )
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="check every namespace")
+    p.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="(default: %(default)s)"
+    )
+
+
+def add_key_options(p: argparse.ArgumentParser) -> None:
+    """--key and --keys-configmap: which keys a signature is checked against (verify, and
+    kubectl aibom get/history)."""
     keys = p.add_argument_group("keys")
     keys.add_argument(
         "--key",
@@ -74,16 +90,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         default=jsf.DEFAULT_KEYS_CONFIGMAP,
         metavar="NAMESPACE/NAME",
         help="without --key: trust the JWK set published here (default: %(default)s)",
-    )
-    cluster = p.add_argument_group("cluster")
-    add_cluster_options(cluster)
-    scope = cluster.add_mutually_exclusive_group()
-    scope.add_argument(
-        "-n", "--namespace", help="check this namespace (default: the context's namespace)"
-    )
-    scope.add_argument("-A", "--all-namespaces", action="store_true", help="check every namespace")
-    p.add_argument(
-        "-o", "--output", choices=["text", "json"], default="text", help="(default: %(default)s)"
     )
 
 

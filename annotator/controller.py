@@ -34,6 +34,7 @@ from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, metadata
 from aibom_core.opt_in import DEFAULT_OPT_IN
 from aibom_core.stamp import Keys
+from aibom_core.trail import RootId
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE
@@ -46,6 +47,7 @@ from annotator.configmap import (
     configmap_body,
     fit,
 )
+from annotator.export import BacklogWriteError, Exporter, ExportMetrics, ExportSettings
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
 from annotator.leader import LeaderElector
@@ -102,6 +104,7 @@ class Settings:
     provenance_key: bytes | None = None
     trust_owner_references: bool = False
     signing: Signing | None = None  # sign every document (annotator.signing)
+    export: ExportSettings | None = None  # push every version to a registry (annotator.export)
 
     @property
     def generator(self) -> str:
@@ -185,6 +188,16 @@ class Controller:
         self._published_kid: str | None = None
         self._resync_task: asyncio.Task[None] | None = None
         self.signing = settings.signing  # replaced when the key file changes
+        self.exporter = (
+            Exporter(
+                kube,
+                settings.export,
+                ExportMetrics(self.metrics.registry),
+                is_leader=self.is_leader,
+            )
+            if settings.export is not None
+            else None
+        )
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -199,6 +212,11 @@ class Controller:
     def _leadership(self, leading: bool) -> None:
         self._leading = leading
         self.metrics.leader.set(1 if leading else 0)
+        if self.exporter is not None:
+            if leading:
+                self.exporter.start_leading()
+            else:
+                self.exporter.stop_leading()
         if leading:
             self._start_workers()
             if self.synced.is_set():
@@ -630,6 +648,8 @@ class Controller:
         # a reconcile in flight may finish its writes; then nobody writes.
         await self._drain_workers(grace)
         self._leading = False
+        if self.exporter is not None:
+            await self.exporter.stop()
         if self._resync_task is not None:
             self._tasks.append(self._resync_task)
         for task in self._tasks:
@@ -767,7 +787,7 @@ class Controller:
             sources_hash=plan.sources_hash,
         )
         cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
-        stored = await self.writer.apply_configmap(body)
+        stored = await self._apply_and_export(plan, body, document)
         if (
             cached is not None
             and cached.get(FOREIGN_DATA)
@@ -797,6 +817,34 @@ class Controller:
         )
         if payload.encoding != "json":
             await self._report_size(plan, payload)
+
+    async def _apply_and_export(self, plan: RootPlan, body: dict[str, Any], document: bytes) -> Any:
+        """Apply the document; with export on, record the version first (annotator.export)."""
+        if self.exporter is None:
+            return await self.writer.apply_configmap(body)
+        assert plan.ref is not None
+        ref = plan.ref
+        root = RootId(ref.namespace, ref.kind, ref.name, group=ref.group, uid=ref.uid)
+        try:
+            entry = await self.exporter.record(
+                root, document=document, input_hash=plan.input_hash, signed_by=self._signed_by()
+            )
+        except BacklogWriteError as exc:
+            raise WriteError("record the version in the export backlog", 0, str(exc)) from None
+        try:
+            stored = await self.writer.apply_configmap(body)
+        except BaseException as exc:
+            refused = isinstance(exc, NotLeader) or (
+                isinstance(exc, WriteError) and 400 <= exc.status < 500
+            )
+            if entry is not None and refused:
+                self.exporter.withdraw(entry)  # never a version of the cluster's
+            elif entry is not None:
+                self.exporter.committed(entry)  # it may have landed
+            raise
+        if entry is not None:
+            self.exporter.committed(entry)
+        return stored
 
     def _signed_by(self) -> str:
         return self.signing.key.kid if self.signing is not None else ""

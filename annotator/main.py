@@ -34,6 +34,8 @@ from aibom_edge.kube import Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE, MAX_WATCH_TIMEOUT
 from annotator.configmap import MAX_DATA_BYTES
 from annotator.controller import STAMP_MODES, Controller, Settings
+from annotator.export import configure_parser as configure_export
+from annotator.export import export_of
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.probes import Probes
@@ -242,6 +244,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "Documents then carry no aibom.provenance.guarded property (nothing was checked)",
     )
     configure_signing(p)
+    configure_export(p)
     options.add_core_options(p)
 
 
@@ -298,6 +301,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
     options.flags_in_bounds(Limits, args)
     try:
         signing = signing_of(args)
+        export = export_of(args)
     except ValueError as exc:
         raise options.UsageError(str(exc)) from None
     settings = Settings(
@@ -322,6 +326,7 @@ def settings_of(args: argparse.Namespace) -> tuple[Settings, ElectionConfig | No
         provenance_key=options.provenance_key_of(args),
         trust_owner_references=args.trust_owner_references,
         signing=signing,
+        export=export,
     )
     election = None
     if args.leader_elect:  # Limits checked the timings; the identity is never empty

@@ -168,7 +168,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
         "--signing-key",
         metavar="FILE",
         help="PEM private key, Ed25519 or ECDSA P-256 (`aibom-rollup keys new`, or a "
-        "cert-manager Secret's tls.key); default: documents are not signed",
+        "cert-manager Secret's tls.key; the shipped installs mount one); without it, or "
+        "with an empty value, documents are not signed",
     )
     g.add_argument(
         "--signing-key-id",

@@ -990,6 +990,8 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
     key = parse_key(key_file.read_bytes())
     trust = TRUST_ALL_ARGS if args.trust_owner_references else ("--provenance-key", str(key_file))
     extra = [*trust, *args.annotator_args]
+    if args.export:
+        extra += export_args(cp, Path(log_file.name).parent)
     load: dict[str, float] = {"start": load_average()}
     cp_pids = {k: v for k, v in cp.pids.items() if k in ("kube-apiserver", "etcd")}
     out: dict[str, Any] = {"annotator_args": extra}
@@ -1023,6 +1025,8 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
             out["cold_control_plane_cpu_seconds"] = cpu_delta(cpu_of(cp_pids), cpu0)
             signed = sum('"signature":' in text for text in watch.text.values())
             log(f"cold: {cold:.2f} s, requests {reqs}, peak RSS {rss_cold / 1024:.0f} MiB")
+            if args.export:
+                out.update(await export_drained(ann, args.roots))
             resync, _ = await ann.converged(timeout=120)
             synced_s, synced_rss = ann.synced_seconds, ann.synced_rss_kib
 
@@ -1111,6 +1115,10 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
                 cp_restart = cpu_delta(cpu_of(cp_pids), cpu0)
             finally:
                 await ann.stop()
+            if args.export:  # a restart over exported documents pushes nothing again
+                out["restart_exports"] = {
+                    k: v for k, v in m3.items() if k.startswith("aibom_annotator_exports_total")
+                }
             writes = (
                 metric_sum(m3, "aibom_annotator_documents_written_total")
                 + metric_sum(m3, "aibom_annotator_documents_deleted_total")
@@ -1155,6 +1163,53 @@ async def bench(args: argparse.Namespace, cp: ControlPlane, log_file: BinaryIO) 
     load["end"] = load_average()
     out["load"] = load
     return out
+
+
+def export_args(cp: ControlPlane, workdir: Path) -> list[str]:
+    """--export: the harness's registry (distribution v3.1.2, TLS, htpasswd) on this control
+    plane, and the annotator's flags to export every version to it."""
+    reg: Any = cp.start_component("registry")
+    creds = workdir / "registry-credentials.json"
+    creds.write_text(reg.dockerconfigjson())
+    return [
+        f"--export-registry={reg.host}/bench",
+        f"--export-registry-credentials={creds}",
+        f"--export-ca-file={reg.ca_file}",
+        "--export-cluster-id=bench",
+    ]
+
+
+async def export_drained(
+    ann: AnnotatorProcess, roots: int, timeout: float = 3600
+) -> dict[str, Any]:
+    """From the annotator's start until every recorded version is in the registry (the
+    backlog empty and at least one version per root exported): the export's throughput."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = ann.metrics()
+        done = metric_sum(m, "aibom_annotator_exports_total")
+        if done >= roots and metric_sum(m, "aibom_annotator_export_backlog_versions") == 0:
+            took = time.monotonic() - ann.t0
+            pushed = metric_sum(m, 'aibom_annotator_exports_total{result="pushed"}')
+            push_sum = metric_sum(m, "aibom_annotator_export_push_duration_seconds_sum")
+            log(f"export: {int(done)} versions in the registry {took:.2f} s after start")
+            return {
+                "export_drained_seconds": round(took, 2),
+                "exports": {
+                    k: v for k, v in m.items() if k.startswith("aibom_annotator_exports_total")
+                },
+                "exports_per_second_since_start": round(pushed / took, 1),
+                "export_push_seconds_mean": round(push_sum / max(pushed, 1), 4),
+                "export_failures": metric_sum(m, "aibom_annotator_export_failures_total"),
+                "export_referrers": {
+                    k: v
+                    for k, v in m.items()
+                    if k.startswith("aibom_annotator_export_referrers_total")
+                },
+                "rss_mib_export_drained": round(rss_kib(ann.pid, "VmHWM") / 1024, 1),
+            }
+        await asyncio.sleep(0.5)
+    raise SystemExit("export: the backlog did not drain in time; see the annotator log")
 
 
 class SideBySide(Protocol):
@@ -1221,6 +1276,12 @@ def main(argv: list[str] | None = None, side: SideBySide | None = None) -> int:
         "--profile",
         metavar="DIR",
         help="run each annotator under cProfile, writing DIR/<identity>.prof (slower)",
+    )
+    ap.add_argument(
+        "--export",
+        action="store_true",
+        help="export every version to the harness's registry (docs/annotator.md, Export): "
+        "adds export_drained_seconds, exports_per_second_since_start and the RSS after it",
     )
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("annotator_args", nargs="*", help="extra annotator flags (after --)")

@@ -4,7 +4,10 @@ Writes, in --out-dir: ca.crt, ca.key (kept to re-issue: a new serving
 certificate under the same CA keeps the caBundle, so rotation needs no
 configuration change), tls.crt, tls.key (mode 0600), and mutatingwebhook.yaml
 (the webhook configuration with the caBundle and clientConfig filled in,
-unless --no-config). Prints the caBundle (base64 of ca.crt) on stdout.
+unless --no-config); once, never replaced: provenance.key (the webhook's
+edge-proof key) and signing.key (the annotator's Ed25519 document-signing
+key: a default install signs every AIBOM, docs/signing.md). Prints the
+caBundle (base64 of ca.crt) on stdout.
 
 The serving certificate's SANs: the Service's DNS names
 (<service>, <service>.<ns>, <service>.<ns>.svc, <service>.<ns>.svc.cluster.local),
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from aibom_core import jsf
 from aibom_edge.files import write_atomic
 from aibom_edge.options import UsageError
 from certs.pki import (
@@ -165,6 +169,13 @@ def run(args: argparse.Namespace) -> int:
     if not (out / "provenance.key").exists():
         write_atomic(out / "provenance.key", new_key_text(), mode=0o600)
         written.append("provenance.key")
+    # The document-signing key (docs/signing.md): Ed25519, made once, never
+    # replaced here (a rotation is `aibom-rollup keys new`: the annotator then
+    # publishes the new key beside the old). Its key id is its RFC 7638
+    # thumbprint. The kustomize base puts it in the Secret the annotator signs with.
+    if not (out / "signing.key").exists():
+        write_atomic(out / "signing.key", jsf.private_pem(jsf.generate()), mode=0o600)
+        written.append("signing.key")
     if config is not None:
         if args.config_out == "-":
             sys.stdout.write(config)

@@ -38,6 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from demo import trail  # noqa: E402
 from tests.controlplane import cache_dir, child_env  # noqa: E402
 
 NS = "aibom-demo"
@@ -63,6 +64,7 @@ class Cluster:
         # How kube-apiserver authenticates to the webhook (tests.controlplane up
         # --webhook-client): {"host", "client_ca_file", "token_file"}, or None.
         self.caller: dict[str, str] | None = None
+        self.registry: dict[str, Any] | None = None  # the export registry (demo/trail.py)
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         proc = subprocess.run(
@@ -93,8 +95,9 @@ class Cluster:
 
 #: The real operators the demo runs (`up --with`): Dynamo requires Grove; KServe
 #: before the NIM operator, which watches InferenceServices only if their CRD is
-#: there when it starts (it requires lws).
-COMPONENTS = ("lws", "grove", "dynamo", "kserve", "nim", "kuberay")
+#: there when it starts (it requires lws); and the OCI registry (distribution) the
+#: annotator exports every signed version to.
+COMPONENTS = ("lws", "grove", "dynamo", "kserve", "nim", "kuberay", "registry")
 
 
 def control_plane() -> Cluster:
@@ -115,6 +118,7 @@ def control_plane() -> Cluster:
     state = json.loads((UP_DIR / "state.json").read_text())
     cluster = Cluster(state["kubeconfig"], state["kubectl"])
     cluster.caller = state.get("webhook_caller")
+    cluster.registry = trail.registry_of(state)
     return cluster
 
 
@@ -203,14 +207,19 @@ def processes(cluster: Cluster) -> None:
     )  # fmt: skip
     _wait_http(f"https://127.0.0.1:{WEBHOOK_PORT}/readyz", "the webhook")
     cluster.kubectl("apply", "-f", str(certs / "mutatingwebhook.yaml"))
-    step(f"annotator (metrics :{METRICS_PORT}, log {STATE / 'annotator.log'})")
+    step(
+        f"annotator (metrics :{METRICS_PORT}, log {STATE / 'annotator.log'}), signing every"
+        " document and exporting each version to the local registry"
+    )
     cluster.kubectl("create", "namespace", "aibom-system", check=False)
+    export = trail.annotator_args(cluster.registry, STATE) if cluster.registry else []
     _start(
         "annotator",
         ["--kubeconfig", cluster.kubeconfig, "--lease-namespace", "aibom-system",
          "--bind-address", "127.0.0.1", "--metrics-port", str(METRICS_PORT),
          "--health-port", str(HEALTH_PORT), "--log-format", "text",
-         "--provenance-key", str(certs / "provenance.key")],
+         "--provenance-key", str(certs / "provenance.key"),
+         "--signing-key", str(certs / "signing.key"), *export],
         cluster,
     )  # fmt: skip
     _wait_http(f"http://127.0.0.1:{HEALTH_PORT}/readyz", "the annotator")
@@ -446,7 +455,7 @@ def _decode_worker_pod(cluster: Cluster) -> str:
 
 def plugin(cluster: Cluster) -> None:
     """`kubectl aibom`, the installed plugin, found by the real kubectl on PATH."""
-    env = dict(cluster.env)
+    env = trail.plugin_env(cluster.env, cluster.registry, STATE)
     env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
     pod = _decode_worker_pod(cluster)
     for args in (["tree", "dgd/vllm-agg"], ["explain", f"pod/{pod}"] if pod else [], ["get"]):
@@ -504,6 +513,11 @@ def main() -> int:
     show(cluster)
     chains(cluster)
     plugin(cluster)
+    if cluster.registry is not None:
+        step(f"kubectl aibom history dgd/vllm-agg -n {NS}: its versions in the registry, signed")
+        env = trail.plugin_env(cluster.env, cluster.registry, STATE)
+        env["PATH"] = f"{Path(PY).parent}{os.pathsep}{env.get('PATH', '')}"
+        trail.show(cluster.kubectl_bin, env, NS, "DynamoGraphDeployment/vllm-agg")
     step(f"done in {time.monotonic() - t0:.0f} s; everything keeps running")
     print(f"  export KUBECONFIG={cluster.kubeconfig}")
     print(f"  {cluster.kubectl_bin} get configmaps -n {NS}")

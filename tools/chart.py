@@ -71,8 +71,13 @@ SECRET_RECIPES = {
     ("aibom-rollup-provenance-key", "provenance.key"): (
         '{{ include "aibom-rollup.provenanceKey" . }}'
     ),
+    # the document-signing key (`aibom-rollup certs` writes tls/signing.key): an
+    # Ed25519 PEM, made at install (Sprig's genPrivateKey) and kept across upgrades.
+    ("aibom-rollup-signing-key", "tls.key"): '{{ include "aibom-rollup.signingKey" . }}',
 }
 COMPONENTS = ("webhook", "annotator")
+# Secrets of the base that, in `cert-manager` mode, a Certificate of the overlay writes.
+CERT_MANAGER_SECRETS = (TLS_SECRET, "aibom-rollup-signing-key")
 # Keys under the default prefix that the code spells out whatever
 # --annotation-prefix says (so annotationPrefix must not rewrite them).
 PREFIX_FIXED = ("aibom.dev/provenance-guard",)
@@ -158,6 +163,14 @@ def _values(base: dict[str, Doc]) -> list[Value]:
             "",
             "base64 of 32 random bytes (`tls/provenance.key` of `aibom-rollup certs`); "
             "empty: generated at install and kept on upgrade",
+        ),
+        Value(
+            "signingKey",
+            "",
+            "PEM of the annotator's document-signing key, Ed25519 or ECDSA P-256 "
+            "(`tls/signing.key` of `aibom-rollup certs`); empty: an Ed25519 key generated "
+            "at install and kept on upgrade. Every AIBOM is signed; unsigned: "
+            "`annotator.extraArgs={--signing-key=}` (docs/signing.md)",
         ),
         Value(
             "generatedSecrets",
@@ -603,7 +616,7 @@ def _condition(doc: Doc, mode: str, base: dict[str, Doc]) -> str | None:
     conds: list[str] = []
     if mode == "cert-manager":
         conds.append('eq .Values.certs.mode "cert-manager"')
-    elif kind == "Secret" and name == TLS_SECRET:
+    elif kind == "Secret" and name in CERT_MANAGER_SECRETS:
         conds.append('ne .Values.certs.mode "cert-manager"')
     if kind == "Namespace":
         conds.append(".Values.namespace.create")

@@ -62,6 +62,10 @@ DEMO_OUTPUT = (
     "[real  ] NIMService -> Deployment",
     "[real  ] InferenceService -> Deployment",
     "[real  ] RayService -> RayCluster",
+    # Signed by default, exported to the local registry, its history shown.
+    "==> kubectl aibom history dgd/vllm-agg -n aibom-demo",
+    "history of DynamoGraphDeployment/vllm-agg (namespace aibom-demo)",
+    "(first version)",
 )  # fmt: skip
 
 
@@ -116,6 +120,15 @@ def test_make_demo(tmp_path: Path) -> None:
             "aibom-podcliqueset-prefill",
             "aibom-rayservice-rayservice-sample",
         ]
+        # Signed by default: every document verifies against the published key set,
+        # and the plugin's get says so.
+        verify = subprocess.run(
+            [sys.executable, "-m", "aibom_rollup", "verify", "--kubeconfig", state["kubeconfig"],
+             "-n", "aibom-demo"],
+            capture_output=True, text=True, env=child_env(), cwd=REPO_ROOT, check=False,
+        )  # fmt: skip
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert [line.split()[0] for line in verify.stdout.splitlines()] == ["valid"] * 9
     finally:
         subprocess.run(
             [*demo, "down"], env=env, cwd=REPO_ROOT, capture_output=True, timeout=120, check=False

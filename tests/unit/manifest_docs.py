@@ -111,8 +111,36 @@ def build_static(directory: Path) -> list[Doc]:
 
 
 def components() -> list[Doc]:
-    """Every object the manifests ship except the TLS Secret (and caBundle)."""
-    return [d for c in COMPONENTS for d in build_static(MANIFESTS / c)]
+    """Every object the manifests ship except the generated Secrets (and caBundle): the
+    directories, then the kustomize Components of the root kustomization (signing)."""
+    docs = [d for c in COMPONENTS for d in build_static(MANIFESTS / c)]
+    root = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
+    for entry in root.get("components") or []:
+        apply_component(docs, MANIFESTS / entry)
+    return docs
+
+
+def apply_component(docs: list[Doc], directory: Path) -> None:
+    """A kustomize Component's JSON 6902 `add` patches, applied in place (what it uses)."""
+    kust = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    if set(kust) - {"apiVersion", "kind", "patches"}:
+        raise ValueError(f"{directory}: extend tests/unit/manifest_docs.py to build it")
+    for patch in kust.get("patches") or []:
+        target = patch["target"]
+        doc = only(docs, target["kind"], target["name"])
+        for op in yaml.safe_load(patch["patch"]):
+            if op["op"] != "add":
+                raise ValueError(f"{directory}: only `add` is built here, not {op['op']!r}")
+            *parents, last = op["path"].strip("/").split("/")
+            node: Any = doc
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            if last == "-":
+                node.append(op["value"])
+            elif isinstance(node, list):
+                node.insert(int(last), op["value"])
+            else:
+                node[last] = op["value"]
 
 
 def only(docs: Iterable[Doc], kind: str, name: str | None = None) -> Doc:

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from aibom_core.kinds import default_registry
 from aibom_core.stamp import Keys
+from annotator.export import ExportMetrics
 from annotator.metrics import Metrics as AnnotatorMetrics
 from certs.pki import issue_serving, new_ca
 from tests.unit.webhook_fakes import MemorySource
@@ -72,6 +73,7 @@ def exported_series() -> set[str]:
     """Every sample name the two processes can expose (labelled or not)."""
     annotator = AnnotatorMetrics()
     annotator.watch_requests(lambda: {"GET": 1})
+    ExportMetrics(annotator.registry)  # registered when --export-registry is given
     return _exported(WebhookMetrics().registry) | _exported(annotator.registry)
 
 

@@ -76,3 +76,22 @@ Rotating it invalidates every proof, so an upgrade keeps the cluster's.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The annotator's document-signing key (docs/signing.md), a PEM, base64-encoded
+for a Secret's data: .Values.signingKey, else the Secret in the cluster, else a
+new Ed25519 key. An upgrade keeps the cluster's (a new key would be published
+beside it and every document re-signed: not what an upgrade should do).
+*/}}
+{{- define "aibom-rollup.signingKey" -}}
+{{- if .Values.signingKey }}
+{{- printf "%s\n" (trim .Values.signingKey) | b64enc }}
+{{- else }}
+{{- $found := lookup "v1" "Secret" .Release.Namespace "aibom-rollup-signing-key" }}
+{{- if and $found $found.data (hasKey $found.data "tls.key") }}
+{{- index $found.data "tls.key" }}
+{{- else }}
+{{- genPrivateKey "ed25519" | b64enc }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -15,6 +15,17 @@ from tests.controlplane.components import (
     kyverno,
     lws,
     nim,
+    registry,
 )
 
-__all__ = ["dynamo", "gatekeeper", "grove", "kserve", "kuberay", "kyverno", "lws", "nim"]
+__all__ = [
+    "dynamo",
+    "gatekeeper",
+    "grove",
+    "kserve",
+    "kuberay",
+    "kyverno",
+    "lws",
+    "nim",
+    "registry",
+]

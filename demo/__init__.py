@@ -1,0 +1,1 @@
+"""`make demo` (demo/run.py) and its parts."""
