@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -40,7 +41,7 @@ import pytest
 
 from aibom_core.kindnames import BUILTIN_KINDS
 from aibom_core.objects import Obj
-from tests.controlplane import Component, ControlPlane, Kubectl
+from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl
 from tests.integration.kubelet import Kubelet, pod_digests
 from tests.integration.support import (
     LABEL_KEY,
@@ -219,6 +220,15 @@ def operator_namespaces(
     tenants = {ns: Tenant(cp, kubectl, workdir, ns) for ns in (guarded, unguarded)}
     for ns in (guarded, unguarded):
         wait_registered(kubectl, ns)
+    # The binding for the annotator's label (`aibom-rollup policy --namespace-label`,
+    # as the Helm chart templates it): the annotator calls a namespace guarded only
+    # when the live binding selects its label. The policy is the shipped one.
+    label = f"--namespace-label={LABEL_KEY}={guarded}"
+    generated = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "policy", label],
+        capture_output=True, text=True, check=True, cwd=REPO_ROOT,
+    ).stdout  # fmt: skip
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=generated)
     # The policy, the namespace labels and the tenant's RBAC reach the API server
     # through informers: wait until the guard refuses, and the tenant may create.
     wait_for(
@@ -326,11 +336,18 @@ def wait_document(
 
 
 def wait_rolled_up(
-    cp: ControlPlane, ns: str, root: Obj, *, tracked: Iterable[Obj], pods: list[Obj]
+    cp: ControlPlane,
+    ns: str,
+    root: Obj,
+    *,
+    tracked: Iterable[Obj],
+    pods: list[Obj],
+    guarded: bool,
 ) -> Obj:
     """Every Pod and every tracked object below ``root`` is stamped ``rolled-up`` to it;
-    its document lists exactly ``tracked`` and a digest of every Pod's every container;
-    it is the namespace's only document. Returns the document."""
+    its document lists exactly ``tracked`` and a digest of every Pod's every container,
+    and says whether the namespace is ``guarded`` (the live guard selects it); it is
+    the namespace's only document. Returns the document."""
     below = list(tracked)
     want_owned = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in below)
     want_pods = {p["metadata"]["name"] for p in pods}
@@ -338,8 +355,10 @@ def wait_rolled_up(
 
     def complete(doc: Obj) -> bool:
         text = json.dumps(doc)
+        props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
         return (sorted(owned(doc)) == want_owned and reported_pods(doc) == want_pods
-                and all(d in text for d in digests))  # fmt: skip
+                and all(d in text for d in digests)
+                and props.get("aibom.provenance.guarded") == str(guarded).lower())  # fmt: skip
 
     doc = wait_document(
         cp, ns, root, complete, f"{want_owned} and every Pod of {sorted(want_pods)}"

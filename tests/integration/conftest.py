@@ -125,13 +125,19 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 #: pytest-xdist (--dist loadfile) hands files to workers in collection order, so
 #: these start first instead of last: a long file started late is the suite's tail.
 LONGEST_FIRST = (
-    "test_kubectl_aibom.py",
     "test_annotator_faults.py",
     "test_annotator.py",
-    "test_guard.py",
-    "test_annotator_oidc.py",
-    "test_lws.py",
+    "test_export.py",
+    "test_kubectl_aibom.py",
     "test_demo.py",
+    "test_nim_operator.py",
+    "test_provenance_attacks.py",
+    "test_dynamo.py",
+    "test_annotator_oidc.py",
+    "test_grove.py",
+    "test_guard.py",
+    "test_kyverno.py",
+    "test_lws.py",
     "test_provenance.py",
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +152,34 @@ def guard_installed(kubectl: Kubectl) -> Iterator[None]:
         kubectl("delete", "-k", str(GUARD), "--ignore-not-found")
 
 
+def guard_for_label(cp: ControlPlane, kubectl: Kubectl, ns: str, workdir: Path) -> None:
+    """The guard's binding for the test annotator's opt-in label of `ns`, as
+    `aibom-rollup policy --namespace-label` generates it (the policy is the shipped
+    one; the Helm chart templates the label the same way): the annotator calls a
+    namespace guarded only when the live binding selects its label. Waits until a
+    Pod-only identity's forged reference is refused there (the API server's
+    policy informers are asynchronous)."""
+    generated = subprocess.run(
+        [sys.executable, "-m", "aibom_rollup", "policy", f"--namespace-label={LABEL_KEY}={ns}"],
+        capture_output=True, text=True, check=True, cwd=REPO_ROOT,
+    ).stdout  # fmt: skip
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=generated)
+    kubectl("create", "serviceaccount", "-n", ns, "guard-probe")
+    user = f"system:serviceaccount:{ns}:guard-probe"
+    bind_rules(kubectl, user, "guard-probe", FORGER_RULES, namespace=ns)
+    probe = Forger(cp, kubectl, ns, cp.service_account_kubeconfig(
+        ns, "guard-probe", workdir / f"{ns}-guard-probe", 3600))  # fmt: skip
+    meta = {"name": "probe", "uid": "00000000-0000-0000-0000-000000000001"}
+    fake = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": meta}
+
+    def refused() -> bool:
+        out = kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(
+            probe.pod("guard-probe", fake)), kubeconfig=probe.kubeconfig, check=False)  # fmt: skip
+        return out.returncode != 0 and "aibom-rollup-provenance" in out.stderr
+
+    wait_for(f"the guard for {LABEL_KEY}={ns}", refused, 60, 0.5)
+
+
 @dataclass
 class Scene:
     """One namespace opted in for our webhook and annotator, guarded or not."""
@@ -174,6 +203,8 @@ def scene(
     labels = ["aibom.dev/enabled=true", f"{LABEL_KEY}={ns}", *([] if guarded else [OPT_OUT])]
     kubectl("label", "namespace", ns, *labels, "--overwrite")
     wait_registered(kubectl, ns)
+    if guarded:
+        guard_for_label(cp, kubectl, ns, workdir)
     kubeconfig = grant_annotator(cp, kubectl, user)
     grant_lease(kubectl, ns, user, "aibom-test")
     key = ("--provenance-key", str(webhook.dir / "provenance.key"))

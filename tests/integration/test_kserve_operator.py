@@ -115,7 +115,9 @@ def test_the_standard_mode_chain_rolls_up_to_the_inference_service(
         assert [c["name"] for c in init] == ["storage-initializer"]
         assert init[0]["image"] == "kserve/storage-initializer:v0.20.0"
         assert [c["name"] for c in pod["spec"]["containers"]] == ["kserve-container"]
-        wait_rolled_up(control_plane, ns, root, tracked=[deploy], pods=[pod])
+        wait_rolled_up(
+            control_plane, ns, root, tracked=[deploy], pods=[pod], guarded=spaces.is_guarded(ns)
+        )
         # (Not the ReplicaSet: its controller releases a Pod its selector does not
         # match, Kubernetes' own answer; the Deployment and the InferenceService
         # manage no Pods, so a forged reference to them would stand.)

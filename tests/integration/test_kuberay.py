@@ -116,7 +116,9 @@ def test_a_ray_service_rolls_up_its_cluster_and_pods(
     roots = {ns: applied(kubectl, "ray-service.sample.yaml", ns) for ns in spaces.both()}
     for ns, root in roots.items():
         cluster, pods = cluster_of(control_plane, ns, root)
-        wait_rolled_up(control_plane, ns, root, tracked=[cluster], pods=pods)
+        wait_rolled_up(
+            control_plane, ns, root, tracked=[cluster], pods=pods, guarded=spaces.is_guarded(ns)
+        )
         # The RayCluster selects its Pods by the ray.io/cluster label: an unlabelled
         # forged Pod keeps its reference, and would count if nothing stopped it.
         for owner in (cluster, root):
@@ -142,6 +144,13 @@ def test_a_ray_job_rolls_up_its_cluster_submitter_job_and_pods(
         assert controller_of(submitter)[:3] == ("Job", name, job["metadata"]["uid"])
         assert [c["name"] for c in submitter["spec"]["containers"]] == ["ray-job-submitter"]
         pods = [*cluster_pods, submitter]
-        wait_rolled_up(control_plane, ns, root, tracked=[cluster, job], pods=pods)
+        wait_rolled_up(
+            control_plane,
+            ns,
+            root,
+            tracked=[cluster, job],
+            pods=pods,
+            guarded=spaces.is_guarded(ns),
+        )
         for owner in (cluster, root):
             assert_forgery_fails(spaces, ns, owner, root)

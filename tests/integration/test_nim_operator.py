@@ -129,7 +129,9 @@ def test_a_nimservice_on_a_deployment(
         assert [c["image"] for c in pod["spec"]["containers"]] == [
             "nvcr.io/nim/meta/llama-3.2-1b-instruct:1.12.0"
         ]
-        wait_rolled_up(control_plane, ns, root, tracked=[deploy], pods=[pod])
+        wait_rolled_up(
+            control_plane, ns, root, tracked=[deploy], pods=[pod], guarded=spaces.is_guarded(ns)
+        )
         for owner in (deploy, root):
             assert_forgery_fails(spaces, ns, owner, root)
 
@@ -162,7 +164,14 @@ def test_a_multi_node_nimservice_on_a_leaderworkerset(
         assert controller_of(sts[leader])[:3] == ("Pod", leader, pods[leader]["metadata"]["uid"])
         assert controller_of(pods[worker])[:2] == ("StatefulSet", leader)
         tracked = [lws, *sts.values()]
-        wait_rolled_up(control_plane, ns, root, tracked=tracked, pods=list(pods.values()))
+        wait_rolled_up(
+            control_plane,
+            ns,
+            root,
+            tracked=tracked,
+            pods=list(pods.values()),
+            guarded=spaces.is_guarded(ns),
+        )
         # The leader Pod owns the worker StatefulSet: a Pod is an owner here.
         for owner in (pods[leader], root):
             assert_forgery_fails(spaces, ns, owner, root)
@@ -185,7 +194,14 @@ def test_a_nimservice_on_kserve(
         assert deploy["metadata"]["name"] == f"{name}-predictor"
         assert controller_of(deploy)[:3] == ("InferenceService", name, isvc["metadata"]["uid"])
         assert [c["name"] for c in pod["spec"]["containers"]] == ["kserve-container"]
-        wait_rolled_up(control_plane, ns, root, tracked=[isvc, deploy], pods=[pod])
+        wait_rolled_up(
+            control_plane,
+            ns,
+            root,
+            tracked=[isvc, deploy],
+            pods=[pod],
+            guarded=spaces.is_guarded(ns),
+        )
         assert get(control_plane, f"{apps}/deployments/{name}") is None  # not the standalone shape
         for owner in (isvc, root):
             assert_forgery_fails(spaces, ns, owner, root)
