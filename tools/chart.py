@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -195,6 +195,25 @@ def _values(base: dict[str, Doc]) -> list[Value]:
                 "more ClusterRole rules (for kinds added with `kinds`)",
             ),
         ]
+    out += [
+        Value(
+            "annotator.export.registry",
+            "",
+            "export every document version, signed, to this OCI registry, "
+            "HOST[:PORT][/PREFIX] (`--export-registry`; docs/annotator.md); empty: no export",
+        ),
+        Value(
+            "annotator.export.credentialsSecret",
+            "aibom-rollup-export-registry",
+            "the kubernetes.io/dockerconfigjson Secret (yours, in the release namespace) "
+            "with push rights on PREFIX/ and the images' repositories",
+        ),
+        Value(
+            "annotator.export.caFromSecret",
+            False,
+            "that Secret also holds `ca.crt`, the registry's CA (`--export-ca-file`)",
+        ),
+    ]
     out.append(
         Value(
             "networkPolicy.enabled",
@@ -460,6 +479,20 @@ def _insert_key(mapping: Doc, t: _Template, render: Callable[[str], list[str]]) 
     mapping[t.raw(_key_block(render))] = None  # type: ignore[index]  # a _Raw key, dumped
 
 
+#: Where the annotator's export credentials (and CA) are mounted, as in
+#: manifests/components/export.
+EXPORT_DIR: Final = "/etc/aibom-rollup/export"
+_EXPORT_ARGS: Final = (
+    "{{- if .Values.annotator.export.registry }}",
+    "<pad>- --export-registry={{ .Values.annotator.export.registry }}",
+    f"<pad>- --export-registry-credentials={EXPORT_DIR}/.dockerconfigjson",
+    "{{- if .Values.annotator.export.caFromSecret }}",
+    f"<pad>- --export-ca-file={EXPORT_DIR}/ca.crt",
+    "{{- end }}",
+    "{{- end }}",
+)
+
+
 def _template_deployment(t: _Template, component: str) -> None:
     v = f".Values.{component}"
     spec = t.doc["spec"]
@@ -492,6 +525,8 @@ def _template_deployment(t: _Template, component: str) -> None:
                 )
             )
         )
+        if component == "annotator":
+            args.append(t.raw(_key_block(_lines(*_EXPORT_ARGS))))
         args.append(t.raw(_key_block(_items(f"{v}.extraArgs"))))
         mounts = c.setdefault("volumeMounts", [])
         mounts.append(
@@ -507,6 +542,20 @@ def _template_deployment(t: _Template, component: str) -> None:
                 )
             )
         )
+        if component == "annotator":
+            mounts.append(
+                t.raw(
+                    _key_block(
+                        _lines(
+                            "{{- if .Values.annotator.export.registry }}",
+                            "<pad>- name: aibom-rollup-export-registry",
+                            f"<pad>  mountPath: {EXPORT_DIR}",
+                            "<pad>  readOnly: true",
+                            "{{- end }}",
+                        )
+                    )
+                )
+            )
     volumes = pod.setdefault("volumes", [])
     volumes.append(
         t.raw(
@@ -521,6 +570,21 @@ def _template_deployment(t: _Template, component: str) -> None:
             )
         )
     )
+    if component == "annotator":
+        volumes.append(
+            t.raw(
+                _key_block(
+                    _lines(
+                        "{{- if .Values.annotator.export.registry }}",
+                        "<pad>- name: aibom-rollup-export-registry",
+                        "<pad>  secret:",
+                        "<pad>    secretName: {{ .Values.annotator.export.credentialsSecret }}",
+                        "<pad>    defaultMode: 0440",
+                        "{{- end }}",
+                    )
+                )
+            )
+        )
 
 
 def posix_dir(path: str) -> str:

@@ -453,6 +453,22 @@ def test_all_on_values_render_every_option(helm: Helm) -> None:
         "containers"
     ][0]["args"]
     assert "--namespace-label=example.com/aibom=on" in annotator_args
+    # The audit trail's export: the registry, its credentials Secret and CA, mounted.
+    assert [a for a in annotator_args if a.startswith("--export-")] == [
+        "--export-registry=registry.example.com:5000/aibom",
+        "--export-registry-credentials=/etc/aibom-rollup/export/.dockerconfigjson",
+        "--export-ca-file=/etc/aibom-rollup/export/ca.crt",
+    ]
+    annotator_pod = got["Deployment/aibom-rollup-annotator"]["spec"]["template"]["spec"]
+    assert {
+        "name": "aibom-rollup-export-registry",
+        "secret": {"secretName": "platform-registry-push", "defaultMode": 0o440},
+    } in annotator_pod["volumes"]
+    assert {
+        "name": "aibom-rollup-export-registry",
+        "mountPath": "/etc/aibom-rollup/export",
+        "readOnly": True,
+    } in annotator_pod["containers"][0]["volumeMounts"]
     kinds = yaml.safe_load(got["ConfigMap/aibom-rollup-kinds"]["data"]["kinds.yaml"])
     assert kinds["tracked"] == [{"group": "example.com", "kind": "InferenceGraph"}]
     rule = got["PrometheusRule/aibom-rollup"]
