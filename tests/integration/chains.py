@@ -56,9 +56,11 @@ from tests.integration.support import (
     grant_lease,
     new_namespace,
     owned,
+    reported_pods,
     settle,
     stamp,
     token_kubeconfig,
+    unproven_members,
     wait_for,
     wait_registered,
 )
@@ -294,22 +296,6 @@ def doc_name(root: Obj) -> str:
     return f"aibom-{root['kind'].lower()}-{root['metadata']['name']}"
 
 
-def reported_pods(doc: Obj) -> set[str]:
-    """The Pods whose status reported a digest in the document (its pod-status evidence)."""
-    return {
-        prop["value"].split("#", 1)[0].removeprefix("Pod/")
-        for comp in doc.get("components", [])
-        for prop in comp.get("properties", [])
-        if prop["name"] == "aibom.evidence.pod-status"
-    }
-
-
-def unproven(doc: Obj) -> set[str]:
-    """What the document lists as ``aibom.rollup.unproven.<i>``."""
-    props = doc.get("metadata", {}).get("component", {}).get("properties") or []
-    return {p["value"] for p in props if p["name"].startswith("aibom.rollup.unproven.")}
-
-
 def wait_document(
     cp: ControlPlane, ns: str, root: Obj, check: Callable[[Obj], bool], what: str
 ) -> Obj:
@@ -321,7 +307,9 @@ def wait_document(
         if cm is None:
             return None
         doc = document(cm)
-        last[0] = f"owned={owned(doc)} pods={sorted(reported_pods(doc))} unproven={unproven(doc)}"
+        last[0] = (
+            f"owned={owned(doc)} pods={sorted(reported_pods(doc))} unproven={unproven_members(doc)}"
+        )
         return doc if check(doc) else None
 
     deadline = time.monotonic() + TIMEOUT
@@ -417,10 +405,10 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     path = self_path(pod)
     wait_for(f"the kubelet's report of {name}",
              lambda: sha in json.dumps((get(cp, path) or {}).get("status")), TIMEOUT)  # fmt: skip
-    wait_document(cp, ns, root, lambda d: f"Pod/{name}" in unproven(d),
+    wait_document(cp, ns, root, lambda d: f"Pod/{name}" in unproven_members(d),
                   f"Pod/{name} listed as unproven")  # fmt: skip
     settle(cp, spaces.kubectl, ns)  # everything the annotator saw before now is judged
     doc = document(docs(cp, ns)[doc_name(root)])
     assert sha not in json.dumps(doc), "a forged Pod's digest entered the document"
     assert name not in reported_pods(doc)
-    assert f"Pod/{name}" in unproven(doc)
+    assert f"Pod/{name}" in unproven_members(doc)

@@ -35,7 +35,9 @@ from tests.integration.support import (
     grant_annotator,
     grant_lease,
     items,
+    reported_pods,
     stamp,
+    unproven_members,
     wait_for,
     wait_registered,
 )
@@ -108,21 +110,6 @@ def wait_pods(
 
     pods: list[Obj] = wait_for(f"{count} Pods in {ns}", probe, timeout, 0.5)
     return pods
-
-
-def reported_pods(doc: Obj) -> set[str]:
-    """The Pods whose status reported a digest in the document (its pod-status evidence)."""
-    return {
-        prop["value"].split("#", 1)[0].removeprefix("Pod/")
-        for comp in doc.get("components", [])
-        for prop in comp.get("properties", [])
-        if prop["name"] == "aibom.evidence.pod-status"
-    }
-
-
-def unproven_members(doc: Obj) -> set[str]:
-    props = doc.get("metadata", {}).get("component", {}).get("properties") or []
-    return {p["value"] for p in props if p["name"].startswith("aibom.rollup.unproven.")}
 
 
 def wait_document(

@@ -400,6 +400,22 @@ def document(cm: Obj) -> Obj:
     return result
 
 
+def reported_pods(doc: Obj) -> set[str]:
+    """The Pods whose status reported a digest in the document (its pod-status evidence)."""
+    return {
+        prop["value"].split("#", 1)[0].removeprefix("Pod/")
+        for comp in doc.get("components", [])
+        for prop in comp.get("properties", [])
+        if prop["name"] == "aibom.evidence.pod-status"
+    }
+
+
+def unproven_members(doc: Obj) -> set[str]:
+    """What the document lists as ``aibom.rollup.unproven.<i>``."""
+    props = doc.get("metadata", {}).get("component", {}).get("properties") or []
+    return {p["value"] for p in props if p["name"].startswith("aibom.rollup.unproven.")}
+
+
 def owned(doc: Obj) -> list[str]:
     props = doc.get("metadata", {}).get("component", {}).get("properties") or []
     items = sorted(

@@ -32,7 +32,6 @@ from tests.controlplane.components.lws import SERVICE_ACCOUNT as LWS_SERVICE_ACC
 from tests.controlplane.components.lws import VERSION as LWS_VERSION
 from tests.controlplane.components.lws import Lws
 from tests.integration.kubelet import Kubelet, digest_of
-from tests.integration.operators import reported_pods
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -47,6 +46,7 @@ from tests.integration.support import (
     grant_lease,
     items,
     owned,
+    reported_pods,
     wait_for,
     wait_registered,
 )
