@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -40,6 +40,18 @@ def group_of(api_version: str) -> str:
 def group_kind_of(obj: dict[str, Any]) -> GroupKind:
     """The GroupKind of a raw object."""
     return GroupKind(group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", "")))
+
+
+# The kinds the code itself names, declared once (everything else is the
+# registry's: configuration).
+POD: Final = GroupKind("", "Pod")
+CONFIGMAP: Final = GroupKind("", "ConfigMap")
+NAMESPACE: Final = GroupKind("", "Namespace")
+REPLICA_SET: Final = GroupKind("apps", "ReplicaSet")
+DEPLOYMENT: Final = GroupKind("apps", "Deployment")
+STATEFUL_SET: Final = GroupKind("apps", "StatefulSet")
+DAEMON_SET: Final = GroupKind("apps", "DaemonSet")
+JOB: Final = GroupKind("batch", "Job")
 
 
 # The built-in registry, as the YAML a user would write (`aibom-rollup kinds`
@@ -121,6 +133,70 @@ def default_resource(kind: str) -> str:
     if lower.endswith("y"):
         return lower[:-1] + "ies"
     return lower + "s"
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """A kind as kubectl names it: its plural resource, singular and short names."""
+
+    group: str
+    kind: str
+    plural: str
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    namespaced: bool = True
+    group_kind: GroupKind = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_kind", GroupKind(self.group, self.kind))
+
+    def names(self) -> set[str]:
+        """Every lowercase name kubectl would accept for this kind."""
+        out = {self.kind.lower(), self.plural.lower(), *(s.lower() for s in self.short_names)}
+        if self.singular:
+            out.add(self.singular.lower())
+        return out
+
+
+def guessed(gk: GroupKind, plural: str = "") -> KindInfo:
+    """A kind known only by its GroupKind: its plural `plural`, else `default_resource`."""
+    return KindInfo(gk.group, gk.kind, plural or default_resource(gk.kind), gk.kind.lower())
+
+
+def _builtin(gk: GroupKind, *short_names: str) -> KindInfo:
+    return KindInfo(gk.group, gk.kind, default_resource(gk.kind), gk.kind.lower(), short_names)
+
+
+# The kind catalogue: every kind of the built-in registry (a test holds them
+# equal), and ConfigMaps, with kubectl's short names, for naming objects offline
+# (`kubectl aibom --from-file`, `aibom-rollup explain`; live, discovery replaces
+# it). Plurals follow `default_resource`, which is right for each of them; a
+# kind whose plural is irregular would name it here, the one place.
+BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
+    _builtin(POD, "po"),
+    _builtin(CONFIGMAP, "cm"),
+    _builtin(REPLICA_SET, "rs"),
+    _builtin(DEPLOYMENT, "deploy"),
+    _builtin(STATEFUL_SET, "sts"),
+    _builtin(DAEMON_SET, "ds"),
+    _builtin(JOB),
+    _builtin(GroupKind("batch", "CronJob"), "cj"),
+    _builtin(GroupKind("nvidia.com", "DynamoGraphDeployment"), "dgd"),
+    _builtin(GroupKind("nvidia.com", "DynamoComponentDeployment"), "dcd"),
+    _builtin(GroupKind("apps.nvidia.com", "NIMService")),
+    _builtin(GroupKind("leaderworkerset.x-k8s.io", "LeaderWorkerSet"), "lws"),
+    _builtin(GroupKind("disaggregatedset.x-k8s.io", "DisaggregatedSet")),
+    _builtin(GroupKind("grove.io", "PodCliqueSet"), "pcs"),
+    _builtin(GroupKind("grove.io", "PodCliqueScalingGroup"), "pcsg"),
+    _builtin(GroupKind("grove.io", "PodClique"), "pclq"),
+    _builtin(GroupKind("serving.kserve.io", "InferenceService"), "isvc"),
+    _builtin(GroupKind("ray.io", "RayService")),
+    _builtin(GroupKind("ray.io", "RayJob")),
+    _builtin(GroupKind("ray.io", "RayCluster")),
+    _builtin(GroupKind("serving.knative.dev", "Service"), "kservice", "ksvc"),
+    _builtin(GroupKind("serving.knative.dev", "Configuration"), "config", "cfg"),
+    _builtin(GroupKind("serving.knative.dev", "Revision"), "rev"),
+)
 
 
 @dataclass(frozen=True, slots=True)

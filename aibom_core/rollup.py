@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.bom import RootView
-from aibom_core.graph import POD, OwnershipGraph, key_of, refused_here
+from aibom_core.graph import OwnershipGraph, key_of, refused_here
+from aibom_core.kinds import POD
 from aibom_core.objects import Obj, ObjRef, ref_of
 from aibom_core.walk import HopFailure, Reason, Rollup, WalkResult
 

@@ -26,9 +26,17 @@ from typing import Any, Protocol
 
 from aibom_core.bom import facts_of, input_hash, render
 from aibom_core.dump import Dump
-from aibom_core.graph import POD, OwnershipGraph, build_graph
-from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, with_registry
-from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.graph import OwnershipGraph, build_graph
+from aibom_core.kindnames import offline_kinds, with_registry
+from aibom_core.kinds import (
+    CONFIGMAP,
+    POD,
+    REPLICA_SET,
+    GroupKind,
+    KindInfo,
+    KindRegistry,
+    group_kind_of,
+)
 from aibom_core.objects import Obj, metadata
 from aibom_core.rollup import (
     MANAGED_BY,
@@ -42,8 +50,6 @@ from aibom_core.rollup import (
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
-CONFIG_MAP = GroupKind("", "ConfigMap")
 LIST_PAGE = 500
 
 
@@ -232,7 +238,7 @@ class LiveSource:
         )
 
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
-        res = await self._resource(CONFIG_MAP)
+        res = await self._resource(CONFIGMAP)
         assert res is not None  # core v1 ConfigMaps are always served
         sel = MANAGED_SELECTOR + (f",{selector}" if selector else "")
         items, status = await self._list(res, namespace, sel)
@@ -242,7 +248,7 @@ class LiveSource:
         return _sorted(readable_docs(items, prefix=self.prefix, skipped=self.skipped))
 
     async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
-        res = await self._resource(CONFIG_MAP)
+        res = await self._resource(CONFIGMAP)
         assert res is not None
         resp = await self._request("GET", res.path(namespace, configmap_name(kind, name)))
         if resp.status == 404:
@@ -274,14 +280,7 @@ class DumpSource:
         self.skipped: list[str] = []
 
     async def kinds(self) -> list[KindInfo]:
-        known = list(BUILTIN_KINDS)
-        have = {k.group_kind for k in known}
-        for obj in self.dump.objects:
-            gk = group_kind_of(obj)
-            if gk not in have and gk.kind:
-                have.add(gk)
-                known.append(KindInfo(gk.group, gk.kind, gk.kind.lower() + "s", gk.kind.lower()))
-        return with_registry(known, self.registry)
+        return offline_kinds(self.registry, self.dump.objects)
 
     async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
         return self._graph.find(namespace, kind.group_kind, name)
@@ -296,7 +295,7 @@ class DumpSource:
         return [
             o
             for o in self.dump.objects
-            if group_kind_of(o) == CONFIG_MAP
+            if group_kind_of(o) == CONFIGMAP
             and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
         ]
 
@@ -364,7 +363,7 @@ class DocumentsSource:
         self._docs = _sorted(docs)
 
     async def kinds(self) -> list[KindInfo]:
-        return with_registry(BUILTIN_KINDS, self.registry)
+        return offline_kinds(self.registry)
 
     def _no_objects(self) -> SourceError:
         return SourceError(

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from aibom_core.graph import OwnershipGraph, key_of, refused_here
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import ProofTrust
@@ -45,9 +45,6 @@ from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
 from annotator.configmap import FOREIGN_DATA, DocLabels
 from annotator.keys import RootKey, SweepKey
-
-NAMESPACE = GroupKind("", "Namespace")
-CONFIGMAP = GroupKind("", "ConfigMap")
 
 CmName = tuple[str, str]  # namespace, name
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from aibom_core.bom import render
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
 from aibom_core.objects import Obj, metadata
 from aibom_core.opt_in import DEFAULT_OPT_IN
 from aibom_core.stamp import Keys
@@ -38,7 +38,7 @@ from aibom_core.trail import RootId
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE
-from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
+from annotator.cache import ClusterState, Dirty
 from annotator.configmap import (
     FOREIGN_DATA,
     MAX_DATA_BYTES,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from aibom_core.kindnames import offline_kinds, resolve_kind, with_registry
 from aibom_core.kinds import (
+    BUILTIN_KINDS,
+    CONFIGMAP,
     GroupKind,
     KindRegistry,
     RegistryError,
@@ -95,3 +98,39 @@ def test_bad_entries_name_the_field(text: str, message: str) -> None:
     with pytest.raises(RegistryError) as err:
         registry_from_config(text, source="k.yaml")
     assert str(err.value).startswith(message), str(err.value)
+
+
+# -- one catalogue, one plural rule (#36) --
+
+
+def test_the_catalogue_names_every_kind_of_the_builtin_registry() -> None:
+    # BUILTIN_KINDS (offline names) and the registry are one list of kinds: the
+    # Knative kinds KServe walks through were missing from the names.
+    reg = default_registry()
+    named = {k.group_kind for k in BUILTIN_KINDS}
+    assert reg.tracked | reg.walk_only <= named
+    assert {GroupKind("serving.knative.dev", "Revision"), CONFIGMAP} <= named
+
+
+def test_the_catalogue_plurals_are_the_registrys() -> None:
+    reg = default_registry()
+    assert all(k.plural == reg.resource_of(k.group_kind) for k in BUILTIN_KINDS)
+
+
+def test_a_registry_kind_without_a_name_gets_the_kubernetes_plural() -> None:
+    # kinds.default_resource and kindnames.with_registry used to guess apart:
+    # `raypolicies` (as Kubernetes does) against `raypolicys`.
+    reg = registry_from_config(
+        "tracked: [{group: ray.io, kind: RayPolicy}, {group: x.io, kind: Gizmo, resource: gz}]",
+        source="t",
+    )
+    names = {k.group_kind: k for k in with_registry([], reg)}
+    assert names[GroupKind("ray.io", "RayPolicy")].plural == "raypolicies"
+    assert names[GroupKind("x.io", "Gizmo")].plural == "gz"  # configured wins
+    assert resolve_kind("raypolicies", with_registry([], reg), reg).kind == "RayPolicy"
+
+
+def test_a_dump_kind_gets_the_kubernetes_plural() -> None:
+    obj = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {}}
+    kinds = {k.group_kind: k for k in offline_kinds(default_registry(), [obj])}
+    assert kinds[GroupKind("networking.k8s.io", "NetworkPolicy")].plural == "networkpolicies"
