@@ -35,13 +35,13 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from aibom_core import jsf
 from aibom_core.rollup import MANAGED_SELECTOR, PackedDocumentError, unpack
+from aibom_edge.kubeconfig import context_namespace
 from aibom_edge.options import UsageError, add_cluster_options, read_input
 
 EXIT = {
@@ -189,19 +189,6 @@ def _split_ref(text: str) -> tuple[str, str]:
 # -- cluster -------------------------------------------------------------------------
 
 
-def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    from kubernetes import config  # heavy; only for cluster mode
-
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except Exception:  # no kubeconfig (in a Pod): the service account's namespace
-        path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        return path.read_text().strip() if path.exists() else "default"
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    ctx = (chosen or {}).get("context") or {}
-    return str(ctx.get("namespace") or "default")
-
-
 async def _list(kube: Any, path: str, selector: str | None) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     cont = ""
@@ -255,7 +242,7 @@ async def _from_cluster(
                     path = "/api/v1/configmaps"
                 else:
                     ns = args.namespace or await asyncio.to_thread(
-                        _context_namespace, args.kubeconfig, args.context
+                        context_namespace, args.kubeconfig, args.context
                     )
                     scope = f"namespace {ns}"
                     path = f"/api/v1/namespaces/{ns}/configmaps"
