@@ -49,12 +49,18 @@ from aibom_core.rollup import (
 )
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
+from aibom_edge.listing import list_all
 
 LIST_PAGE = 500
 
 
 class SourceError(Exception):
     """The cluster (or dump) could not answer; the message is for the user."""
+
+
+class _Forbidden(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,26 +206,29 @@ class LiveSource:
     async def _list(
         self, res: ApiResource, namespace: str | None, selector: str | None = None
     ) -> tuple[list[Obj], int]:
-        """Every object of a kind (paginated); the HTTP status of a refusal, else 200."""
-        items: list[Obj] = []
-        params: dict[str, str] = {"limit": str(LIST_PAGE)}
-        if selector:
-            params["labelSelector"] = selector
-        while True:
-            resp = await self._request("GET", res.path(namespace), params)
+        """Every object of a kind (the one paged list: a 410 on a continue relists); the
+        HTTP status of a refusal, else 200."""
+        path = res.path(namespace)
+
+        async def refused(resp: Any) -> None:
             if resp.status in (401, 403):
-                return [], resp.status
+                raise _Forbidden(resp.status)
             _check(resp.status, resp.body, f"list {res.plural}")
-            body = resp.body
-            # A List's items carry no apiVersion/kind: put them back, the core needs them.
-            for item in body.get("items") or []:
-                item.setdefault("apiVersion", res.api_version)
-                item.setdefault("kind", res.kind)
-                items.append(item)
-            cont = (body.get("metadata") or {}).get("continue")
-            if not cont:
-                return items, 200
-            params["continue"] = cont
+
+        try:
+            items, _ = await list_all(
+                lambda query: self._request("GET", path, query),
+                {"labelSelector": selector} if selector else {},
+                limit=LIST_PAGE,
+                refused=refused,
+            )
+        except _Forbidden as exc:
+            return [], exc.status
+        # A List's items carry no apiVersion/kind: put them back, the core needs them.
+        for item in items:
+            item.setdefault("apiVersion", res.api_version)
+            item.setdefault("kind", res.kind)
+        return items, 200
 
     async def graph(self, namespace: str | None) -> OwnershipGraph:
         objects: list[Obj] = []

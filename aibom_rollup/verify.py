@@ -42,6 +42,7 @@ import yaml
 from aibom_core import jsf
 from aibom_core.rollup import MANAGED_SELECTOR, PackedDocumentError, unpack
 from aibom_edge.kubeconfig import context_namespace
+from aibom_edge.listing import list_all
 from aibom_edge.options import UsageError, add_cluster_options, read_input
 
 EXIT = {
@@ -189,22 +190,22 @@ def _split_ref(text: str) -> tuple[str, str]:
 # -- cluster -------------------------------------------------------------------------
 
 
+LIST_PAGE = 500
+
+
 async def _list(kube: Any, path: str, selector: str | None) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    cont = ""
-    while True:
-        params = {"limit": "500"}
-        if selector:
-            params["labelSelector"] = selector
-        if cont:
-            params["continue"] = cont
-        resp = await kube.request("GET", path, params=params)
-        if not resp.ok or not isinstance(resp.body, dict):
-            raise UsageError(f"GET {path}: HTTP {resp.status}: {_message(resp.body)}")
-        items += [i for i in resp.body.get("items") or [] if isinstance(i, dict)]
-        cont = str((resp.body.get("metadata") or {}).get("continue") or "")
-        if not cont:
-            return items
+    """Every AIBOM ConfigMap at `path` (the one paged list: a 410 on a continue relists)."""
+
+    async def refused(resp: Any) -> None:
+        raise UsageError(f"GET {path}: HTTP {resp.status}: {_message(resp.body)}")
+
+    items, _ = await list_all(
+        lambda query: kube.request("GET", path, params=query),
+        {"labelSelector": selector} if selector else {},
+        limit=LIST_PAGE,
+        refused=refused,
+    )
+    return items
 
 
 def _message(body: Any) -> str:
