@@ -25,6 +25,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aibom_core.bom import facts_of, input_hash, render
+from aibom_core.document import (
+    MANAGED_SELECTOR,
+    DocLabels,
+    PackedDocumentError,
+    configmap_name,
+    is_document,
+    unpack,
+)
 from aibom_core.dump import Dump
 from aibom_core.graph import OwnershipGraph, build_graph
 from aibom_core.kindnames import offline_kinds, with_registry
@@ -38,15 +46,7 @@ from aibom_core.kinds import (
     group_kind_of,
 )
 from aibom_core.objects import Obj, metadata
-from aibom_core.rollup import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    MANAGED_SELECTOR,
-    PackedDocumentError,
-    configmap_name,
-    inventory,
-    unpack,
-)
+from aibom_core.rollup import inventory
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 from aibom_edge.listing import list_all
@@ -115,7 +115,8 @@ def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
     except ValueError as exc:
         raise SourceError(f"configmap {ns}/{name}: the document is not JSON: {exc}") from None
     annotations = meta.get("annotations") or {}
-    hop = str(annotations.get(f"{prefix}document-for", "")) if isinstance(annotations, dict) else ""
+    key = DocLabels(prefix).document_for
+    hop = str(annotations.get(key, "")) if isinstance(annotations, dict) else ""
     if hop.count("/") < 2:
         hop = _hop_from_document(body) or f"?/?/{name}"
     return Doc(namespace=ns, configmap=name, root_hop=hop, raw=raw, body=body)
@@ -123,7 +124,7 @@ def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
 
 def readable_docs(cms: Iterable[Obj], *, prefix: str, skipped: list[str]) -> list[Doc]:
     """The documents of these ConfigMaps; each one that cannot be read (damaged, or a
-    payload too large to unpack: `aibom_core.rollup.unpack`) is left out and said
+    payload too large to unpack: `aibom_core.document.unpack`) is left out and said
     in `skipped`. Anyone who may create ConfigMaps can label one as ours."""
     out = []
     for cm in cms:
@@ -263,8 +264,7 @@ class LiveSource:
         if resp.status == 404:
             return None
         _check(resp.status, resp.body, f"get configmap {configmap_name(kind, name)}")
-        labels = metadata(resp.body).get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+        if not is_document(resp.body):
             return None
         return doc_of(resp.body, prefix=self.prefix)
 
@@ -301,12 +301,7 @@ class DumpSource:
         return self._graph
 
     def _stored(self) -> list[Obj]:
-        return [
-            o
-            for o in self.dump.objects
-            if group_kind_of(o) == CONFIGMAP
-            and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-        ]
+        return [o for o in self.dump.objects if group_kind_of(o) == CONFIGMAP and is_document(o)]
 
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
         stored = self._stored()

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from aibom_core import jsf
-from aibom_core.rollup import MANAGED_SELECTOR, PackedDocumentError, unpack
+from aibom_core.document import MANAGED_SELECTOR, PackedDocumentError, unpack
 from aibom_edge.kubeconfig import context_namespace
 from aibom_edge.listing import list_all
 from aibom_edge.options import UsageError, add_cluster_options, read_input
@@ -146,7 +146,7 @@ def documents_in(raw: bytes, source: str) -> Iterator[tuple[str, bytes | None, s
 def _configmap(cm: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
     name = _cm_name(cm)
     try:
-        doc = unpack(cm)  # the one bounded reader (aibom_core.rollup)
+        doc = unpack(cm)  # the one bounded reader (aibom_core.document)
     except PackedDocumentError as exc:
         yield name, None, str(exc)
         return

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aibom_core.bom import render
+from aibom_core.document import DocLabels
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
 from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
 from aibom_core.objects import Obj, metadata
@@ -39,14 +40,7 @@ from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE
 from annotator.cache import ClusterState, Dirty
-from annotator.configmap import (
-    FOREIGN_DATA,
-    MAX_DATA_BYTES,
-    DocLabels,
-    Payload,
-    configmap_body,
-    fit,
-)
+from annotator.configmap import FOREIGN_DATA, MAX_DATA_BYTES, Payload, configmap_body, fit
 from annotator.export import BacklogWriteError, Exporter, ExportMetrics, ExportSettings
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
@@ -194,6 +188,7 @@ class Controller:
                 settings.export,
                 ExportMetrics(self.metrics.registry),
                 is_leader=self.is_leader,
+                labels=settings.labels,
             )
             if settings.export is not None
             else None
