@@ -162,7 +162,7 @@ class Controller:
         self._events_sent: set[tuple[str, str]] = set()
         self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
-        self.ledger = RepairLedger()
+        self.ledger = RepairLedger(now=time.monotonic)
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
