@@ -59,7 +59,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry
 
 from aibom_core import trail
-from aibom_core.document import DocLabels, label_value, unpack
+from aibom_core.document import MANAGED_BY_LABEL, DocLabels, label_value, unpack
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.metrics import Collectors
 from aibom_edge.oci import Endpoint, OciError
@@ -68,7 +68,7 @@ from aibom_edge.oci_client import Client, manifest_digest
 log = logging.getLogger("annotator")
 
 BACKLOG_MANAGED_BY: Final = "aibom-rollup-export"
-BACKLOG_SELECTOR: Final = f"app.kubernetes.io/managed-by={BACKLOG_MANAGED_BY}"
+BACKLOG_SELECTOR: Final = f"{MANAGED_BY_LABEL}={BACKLOG_MANAGED_BY}"
 BACKLOG_PREFIX: Final = "aibom-export-"
 ENTRIES_KEY: Final = "versions.json"
 # One backlog ConfigMap holds at most this much compressed document (base64 in
@@ -363,7 +363,7 @@ class Exporter:
                 "name": name,
                 "namespace": self.settings.namespace,
                 "labels": {
-                    "app.kubernetes.io/managed-by": BACKLOG_MANAGED_BY,
+                    MANAGED_BY_LABEL: BACKLOG_MANAGED_BY,
                     "app.kubernetes.io/name": "aibom-rollup",
                 },
             },
