@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from aibom_core.kinds import BUILTIN_KINDS, KindInfo, KindRegistry, group_kind_of, guessed
+from aibom_core.kinds import BUILTIN_KINDS, KindInfo, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
 
 
@@ -27,13 +27,13 @@ class Target:
 
 
 def with_registry(kinds: Iterable[KindInfo], registry: KindRegistry) -> list[KindInfo]:
-    """`kinds` plus an entry for every registry kind they lack, its plural as the
-    registry says (`KindRegistry.resource_of`: configured, else the one rule)."""
+    """`kinds` plus an entry for every registry kind they lack, named as the registry
+    says (`KindRegistry.kind_info`: the plural configured, else the one rule)."""
     out = list(kinds)
     have = {k.group_kind for k in out}
     for gk in sorted(registry.tracked | registry.walk_only):
         if gk not in have:
-            out.append(guessed(gk, registry.resource_of(gk)))
+            out.append(registry.kind_info(gk))
     return out
 
 
@@ -46,7 +46,7 @@ def offline_kinds(registry: KindRegistry, objects: Iterable[Obj] = ()) -> list[K
         gk = group_kind_of(obj)
         if gk not in have and gk.kind:
             have.add(gk)
-            known.append(guessed(gk, registry.resource_of(gk)))
+            known.append(registry.kind_info(gk))
     return with_registry(known, registry)
 
 

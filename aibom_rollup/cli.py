@@ -539,8 +539,9 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
     reg = registry_of(args)
 
     def entry(gk: GroupKind) -> str:
-        resource = reg.resources.get(gk)
+        resource, short = reg.resources.get(gk), reg.short_names.get(gk)
         extra = f", resource: {resource}" if resource else ""
+        extra += f", shortNames: [{', '.join(short)}]" if short else ""
         return f"  - {{group: {gk.group!r}, kind: {gk.kind}{extra}}}"
 
     lines = ["tracked:", *(entry(gk) for gk in sorted(reg.tracked))]

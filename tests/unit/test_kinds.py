@@ -77,7 +77,12 @@ def test_merge_keeps_the_other_registrys_resource() -> None:
         ),
         (
             "tracked:\n  - {group: ray.io, kind: RayService, resources: rayservices}\n",
-            "k.yaml: tracked[0]: unknown key(s) resources (an entry has group, kind, resource)",
+            "k.yaml: tracked[0]: unknown key(s) resources "
+            "(an entry has group, kind, resource, shortNames)",
+        ),
+        (
+            "tracked:\n  - {group: ray.io, kind: RayService, shortNames: [Rs/1]}\n",
+            "k.yaml: tracked[0].shortNames 'Rs/1' is not a list of short names",
         ),
         (
             "tracked:\n  - {group: Ray.IO, kind: RayService}\n",
@@ -103,18 +108,25 @@ def test_bad_entries_name_the_field(text: str, message: str) -> None:
 # -- one catalogue, one plural rule (#36) --
 
 
-def test_the_catalogue_names_every_kind_of_the_builtin_registry() -> None:
-    # BUILTIN_KINDS (offline names) and the registry are one list of kinds: the
-    # Knative kinds KServe walks through were missing from the names.
+def test_the_catalogue_is_the_builtin_registry_and_configmaps() -> None:
+    # BUILTIN_KINDS (offline names) was a second list of the kinds, and lacked
+    # the Knative kinds KServe walks through: it is derived from the registry.
     reg = default_registry()
     named = {k.group_kind for k in BUILTIN_KINDS}
-    assert reg.tracked | reg.walk_only <= named
-    assert {GroupKind("serving.knative.dev", "Revision"), CONFIGMAP} <= named
+    assert named == reg.tracked | reg.walk_only | {CONFIGMAP}
+    assert {k.kind: k.short_names for k in BUILTIN_KINDS}["Revision"] == ("rev",)
+    assert all(
+        k.plural == reg.resource_of(k.group_kind) for k in BUILTIN_KINDS if k.group_kind in named
+    )
 
 
-def test_the_catalogue_plurals_are_the_registrys() -> None:
-    reg = default_registry()
-    assert all(k.plural == reg.resource_of(k.group_kind) for k in BUILTIN_KINDS)
+def test_short_names_come_from_the_configuration() -> None:
+    reg = registry_from_config(
+        "tracked: [{group: x.io, kind: Gizmo, shortNames: [gz, gzm]}]", source="t"
+    )
+    kinds = offline_kinds(reg)
+    assert resolve_kind("gz", kinds, reg).group_kind == GroupKind("x.io", "Gizmo")
+    assert resolve_kind("deploy", kinds, reg).group_kind == GroupKind("apps", "Deployment")
 
 
 def test_a_registry_kind_without_a_name_gets_the_kubernetes_plural() -> None:
