@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import POD, GroupKind, KindRegistry
 from aibom_core.objects import Obj, ObjRef, OwnerRef, controller_ref, ref_of
 from aibom_core.walk import (
     DEFAULT_MAX_DEPTH,
@@ -376,9 +376,6 @@ class OwnershipGraph:
 
     def namespace_keys(self, namespace: str) -> list[str]:
         return [k for k, n in self._nodes.items() if n.ref.namespace == namespace]
-
-
-POD = GroupKind("", "Pod")
 
 
 def refused_here(result: WalkResult) -> bool:

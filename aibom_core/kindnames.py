@@ -10,60 +10,10 @@ discovery when live, or from `BUILTIN_KINDS` plus the kinds a dump holds.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from aibom_core.kinds import GroupKind, KindRegistry
-
-
-@dataclass(frozen=True, slots=True)
-class KindInfo:
-    group: str
-    kind: str
-    plural: str
-    singular: str = ""
-    short_names: tuple[str, ...] = ()
-    namespaced: bool = True
-    group_kind: GroupKind = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "group_kind", GroupKind(self.group, self.kind))
-
-    def names(self) -> set[str]:
-        """Every lowercase name kubectl would accept for this kind."""
-        out = {self.kind.lower(), self.plural.lower(), *(s.lower() for s in self.short_names)}
-        if self.singular:
-            out.add(self.singular.lower())
-        return out
-
-
-def _k(group: str, kind: str, plural: str, *short: str) -> KindInfo:
-    return KindInfo(group, kind, plural, kind.lower(), tuple(short))
-
-
-# The kinds a dump is most likely to hold, with kubectl's short names, for
-# offline use (live, discovery replaces this table).
-BUILTIN_KINDS: tuple[KindInfo, ...] = (
-    _k("", "Pod", "pods", "po"),
-    _k("", "ConfigMap", "configmaps", "cm"),
-    _k("apps", "ReplicaSet", "replicasets", "rs"),
-    _k("apps", "Deployment", "deployments", "deploy"),
-    _k("apps", "StatefulSet", "statefulsets", "sts"),
-    _k("apps", "DaemonSet", "daemonsets", "ds"),
-    _k("batch", "Job", "jobs"),
-    _k("batch", "CronJob", "cronjobs", "cj"),
-    _k("nvidia.com", "DynamoGraphDeployment", "dynamographdeployments", "dgd"),
-    _k("nvidia.com", "DynamoComponentDeployment", "dynamocomponentdeployments", "dcd"),
-    _k("apps.nvidia.com", "NIMService", "nimservices"),
-    _k("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", "lws"),
-    _k("disaggregatedset.x-k8s.io", "DisaggregatedSet", "disaggregatedsets"),
-    _k("grove.io", "PodCliqueSet", "podcliquesets", "pcs"),
-    _k("grove.io", "PodCliqueScalingGroup", "podcliquescalinggroups", "pcsg"),
-    _k("grove.io", "PodClique", "podcliques", "pclq"),
-    _k("serving.kserve.io", "InferenceService", "inferenceservices", "isvc"),
-    _k("ray.io", "RayService", "rayservices"),
-    _k("ray.io", "RayJob", "rayjobs"),
-    _k("ray.io", "RayCluster", "rayclusters"),
-)
+from aibom_core.kinds import BUILTIN_KINDS, KindInfo, KindRegistry, group_kind_of
+from aibom_core.objects import Obj
 
 
 class TargetError(ValueError):
@@ -77,13 +27,27 @@ class Target:
 
 
 def with_registry(kinds: Iterable[KindInfo], registry: KindRegistry) -> list[KindInfo]:
-    """`kinds` plus a guessed entry for every registry kind they lack (plural: kind + s)."""
+    """`kinds` plus an entry for every registry kind they lack, named as the registry
+    says (`KindRegistry.kind_info`: the plural configured, else the one rule)."""
     out = list(kinds)
     have = {k.group_kind for k in out}
     for gk in sorted(registry.tracked | registry.walk_only):
         if gk not in have:
-            out.append(KindInfo(gk.group, gk.kind, gk.kind.lower() + "s", gk.kind.lower()))
+            out.append(registry.kind_info(gk))
     return out
+
+
+def offline_kinds(registry: KindRegistry, objects: Iterable[Obj] = ()) -> list[KindInfo]:
+    """The kinds known without an API server: the catalogue (`BUILTIN_KINDS`), the kinds
+    of `objects` (a dump's) and the registry's."""
+    known = list(BUILTIN_KINDS)
+    have = {k.group_kind for k in known}
+    for obj in objects:
+        gk = group_kind_of(obj)
+        if gk not in have and gk.kind:
+            have.add(gk)
+            known.append(registry.kind_info(gk))
+    return with_registry(known, registry)
 
 
 def resolve_kind(token: str, kinds: Iterable[KindInfo], registry: KindRegistry) -> KindInfo:

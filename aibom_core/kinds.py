@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Final, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -42,6 +42,18 @@ def group_kind_of(obj: dict[str, Any]) -> GroupKind:
     return GroupKind(group_of(str(obj.get("apiVersion", ""))), str(obj.get("kind", "")))
 
 
+# The kinds the code itself names, declared once (everything else is the
+# registry's: configuration).
+POD: Final = GroupKind("", "Pod")
+CONFIGMAP: Final = GroupKind("", "ConfigMap")
+NAMESPACE: Final = GroupKind("", "Namespace")
+REPLICA_SET: Final = GroupKind("apps", "ReplicaSet")
+DEPLOYMENT: Final = GroupKind("apps", "Deployment")
+STATEFUL_SET: Final = GroupKind("apps", "StatefulSet")
+DAEMON_SET: Final = GroupKind("apps", "DaemonSet")
+JOB: Final = GroupKind("batch", "Job")
+
+
 # The built-in registry, as the YAML a user would write (`aibom-rollup kinds`
 # prints it). Kept in code, not a data file, so the core reads no files.
 DEFAULT_KINDS_YAML = """\
@@ -58,24 +70,26 @@ DEFAULT_KINDS_YAML = """\
 # unless the file says `replace: true`. An entry may name its plural API
 # resource (`resource: rayservices`); without it the resource is the
 # lowercased kind plus `s` (`es` after an s, `ies` for a final y), which is
-# right for every kind below. `aibom-rollup policy` needs it.
+# right for every kind below. `aibom-rollup policy` needs it. `shortNames` are
+# kubectl's, for naming objects offline (`kubectl aibom --from-file`,
+# `aibom-rollup history deploy/web`); live, the API server's discovery says.
 tracked:
-  - {group: apps, kind: Deployment}
-  - {group: apps, kind: StatefulSet}
-  - {group: apps, kind: DaemonSet}
+  - {group: apps, kind: Deployment, shortNames: [deploy]}
+  - {group: apps, kind: StatefulSet, shortNames: [sts]}
+  - {group: apps, kind: DaemonSet, shortNames: [ds]}
   - {group: batch, kind: Job}
-  - {group: batch, kind: CronJob}
-  - {group: nvidia.com, kind: DynamoGraphDeployment}
-  - {group: nvidia.com, kind: DynamoComponentDeployment}
+  - {group: batch, kind: CronJob, shortNames: [cj]}
+  - {group: nvidia.com, kind: DynamoGraphDeployment, shortNames: [dgd]}
+  - {group: nvidia.com, kind: DynamoComponentDeployment, shortNames: [dcd]}
   - {group: apps.nvidia.com, kind: NIMService}
-  - {group: leaderworkerset.x-k8s.io, kind: LeaderWorkerSet}
+  - {group: leaderworkerset.x-k8s.io, kind: LeaderWorkerSet, shortNames: [lws]}
   # Grove's own API: what a user applies (Grove's samples) and what a Dynamo
   # graph on the Grove provider makes; its PodCliques and scaling groups are
   # always the operator's (walkOnly below).
-  - {group: grove.io, kind: PodCliqueSet}
+  - {group: grove.io, kind: PodCliqueSet, shortNames: [pcs]}
   # KServe v1beta1: a root of its own (predictor model, storageUri, runtime),
   # and under a NIMService with inferencePlatform: kserve.
-  - {group: serving.kserve.io, kind: InferenceService}
+  - {group: serving.kserve.io, kind: InferenceService, shortNames: [isvc]}
   # KubeRay (ray.io): RayService -> RayCluster -> Pods; RayJob -> RayCluster and
   # RayJob -> submitter Job -> Pods. A RayCluster is applied on its own too, so
   # it is tracked: its own AIBOM as a root, listed as owned under the others.
@@ -83,19 +97,19 @@ tracked:
   - {group: ray.io, kind: RayJob}
   - {group: ray.io, kind: RayCluster}
 walkOnly:
-  - {group: apps, kind: ReplicaSet}
-  - {group: "", kind: Pod}
-  - {group: grove.io, kind: PodCliqueScalingGroup}
-  - {group: grove.io, kind: PodClique}
+  - {group: apps, kind: ReplicaSet, shortNames: [rs]}
+  - {group: "", kind: Pod, shortNames: [po]}
+  - {group: grove.io, kind: PodCliqueScalingGroup, shortNames: [pcsg]}
+  - {group: grove.io, kind: PodClique, shortNames: [pclq]}
   # Chains the design does not list but real clusters have (docs/architecture.md):
   # DynamoGraphDeployment -> DisaggregatedSet -> LeaderWorkerSet. Walked,
   # never reported.
   - {group: disaggregatedset.x-k8s.io, kind: DisaggregatedSet}
   # KServe Serverless mode: InferenceService -> Knative Service ->
   # Configuration -> Revision -> Deployment. Walked, never reported.
-  - {group: serving.knative.dev, kind: Service}
-  - {group: serving.knative.dev, kind: Configuration}
-  - {group: serving.knative.dev, kind: Revision}
+  - {group: serving.knative.dev, kind: Service, shortNames: [kservice, ksvc]}
+  - {group: serving.knative.dev, kind: Configuration, shortNames: [config, cfg]}
+  - {group: serving.knative.dev, kind: Revision, shortNames: [rev]}
 """
 
 
@@ -124,6 +138,29 @@ def default_resource(kind: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class KindInfo:
+    """A kind as kubectl names it: its plural resource, singular and short names."""
+
+    group: str
+    kind: str
+    plural: str
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    namespaced: bool = True
+    group_kind: GroupKind = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group_kind", GroupKind(self.group, self.kind))
+
+    def names(self) -> set[str]:
+        """Every lowercase name kubectl would accept for this kind."""
+        out = {self.kind.lower(), self.plural.lower(), *(s.lower() for s in self.short_names)}
+        if self.singular:
+            out.add(self.singular.lower())
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class KindRegistry:
     """Tracked kinds (reported) and walk-only intermediates (never reported)."""
 
@@ -132,6 +169,8 @@ class KindRegistry:
     # Plural API resources given in the configuration; the others are guessed
     # (`resource_of`).
     resources: Mapping[GroupKind, str] = field(default_factory=dict)
+    # kubectl's short names given in the configuration (`shortNames`).
+    short_names: Mapping[GroupKind, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         both = self.tracked & self.walk_only
@@ -158,17 +197,27 @@ class KindRegistry:
             tracked=tracked,
             walk_only=(self.walk_only | other.walk_only) - tracked,
             resources={**self.resources, **other.resources},
+            short_names={**self.short_names, **other.short_names},
         )
+
+    def kind_info(self, gk: GroupKind) -> KindInfo:
+        """A kind as kubectl names it: its plural (`resource_of`) and the short names
+        configured (none for a kind the registry does not hold)."""
+        short = self.short_names.get(gk, ())
+        return KindInfo(gk.group, gk.kind, self.resource_of(gk), gk.kind.lower(), short)
 
 
 class _Entry(BaseModel):
-    """One `{group, kind, resource}` entry; `resource` "" when not given."""
+    """One `{group, kind, resource, shortNames}` entry; `resource` "" when not given."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     group: str = Field("", pattern=_GROUP.pattern)
     kind: str = Field(pattern=_KIND.pattern)
     resource: str = Field("", pattern=_RESOURCE.pattern)
+    short_names: list[Annotated[str, Field(pattern=_RESOURCE.pattern)]] = Field(
+        default_factory=list, alias="shortNames"
+    )
 
 
 class _Config(BaseModel):
@@ -207,7 +256,10 @@ def _message(source: str, errors: Sequence[Mapping[str, Any]]) -> str:
             for e in errors
             if e["loc"][:2] == loc[:2] and e["type"] == "extra_forbidden"
         )
-        return f"{at}: unknown key(s) {', '.join(unknown)} (an entry has group, kind, resource)"
+        return (
+            f"{at}: unknown key(s) {', '.join(unknown)} "
+            "(an entry has group, kind, resource, shortNames)"
+        )
     if name is None or (name == "kind" and error["type"] != "string_pattern_mismatch"):
         return f"{at} needs a string `kind`"
     if name == "group" and error["type"] != "string_pattern_mismatch":
@@ -225,16 +277,27 @@ _WHAT = {
     "kind": "a Kind (letters and digits, such as `RayService`)",
     "resource": "a plural resource name (lowercase letters, digits and '-', as in "
     "`kubectl api-resources`: `rayservices`)",
+    "shortNames": "a list of short names (lowercase letters, digits and '-', as in "
+    "`kubectl api-resources`: `[deploy]`)",
 }
 
 
 def _kinds(
-    entries: list[_Entry], *, field: str, source: str, resources: dict[GroupKind, str]
+    entries: list[_Entry],
+    *,
+    field: str,
+    source: str,
+    resources: dict[GroupKind, str],
+    short_names: dict[GroupKind, tuple[str, ...]],
 ) -> frozenset[GroupKind]:
-    """The kinds of one list; configured plural resources go into `resources`."""
+    """The kinds of one list; configured plural resources go into `resources`, short
+    names into `short_names`."""
     out: set[GroupKind] = set()
     for i, entry in enumerate(entries):
         gk = GroupKind(entry.group, entry.kind)
+        if entry.short_names:
+            known = short_names.get(gk, ())
+            short_names[gk] = tuple(dict.fromkeys([*known, *entry.short_names]))
         if entry.resource:
             if resources.get(gk, entry.resource) != entry.resource:
                 raise RegistryError(
@@ -257,10 +320,15 @@ def parse_registry(text: str, *, source: str = "kinds config") -> tuple[KindRegi
     except ValidationError as exc:
         raise RegistryError(_message(source, exc.errors())) from None
     resources: dict[GroupKind, str] = {}
+    short: dict[GroupKind, tuple[str, ...]] = {}
+    tracked = _kinds(
+        config.tracked, field="tracked", source=source, resources=resources, short_names=short
+    )
+    walk_only = _kinds(
+        config.walk_only, field="walkOnly", source=source, resources=resources, short_names=short
+    )
     registry = KindRegistry(
-        tracked=_kinds(config.tracked, field="tracked", source=source, resources=resources),
-        walk_only=_kinds(config.walk_only, field="walkOnly", source=source, resources=resources),
-        resources=resources,
+        tracked=tracked, walk_only=walk_only, resources=resources, short_names=short
     )
     return registry, config.replace
 
@@ -275,3 +343,18 @@ def registry_from_config(text: str, *, source: str) -> KindRegistry:
     """The default registry extended (or replaced) by a user's config text."""
     user, replace = parse_registry(text, source=source)
     return user if replace else default_registry().merged(user)
+
+
+def catalogue(registry: KindRegistry) -> tuple[KindInfo, ...]:
+    """Every kind of a registry as kubectl names it (`KindRegistry.kind_info`)."""
+    return tuple(registry.kind_info(gk) for gk in sorted(registry.tracked | registry.walk_only))
+
+
+# The kind catalogue, for naming objects offline (`kubectl aibom --from-file`,
+# `aibom-rollup history`; live, discovery replaces it): the built-in registry's
+# kinds, their plurals and short names as DEFAULT_KINDS_YAML gives them, and
+# the kinds read but never walked.
+BUILTIN_KINDS: Final[tuple[KindInfo, ...]] = (
+    *catalogue(default_registry()),
+    KindInfo(CONFIGMAP.group, CONFIGMAP.kind, "configmaps", "configmap", ("cm",)),
+)

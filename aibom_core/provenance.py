@@ -68,7 +68,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from aibom_core.kinds import GroupKind, group_kind_of
+from aibom_core.kinds import (
+    DAEMON_SET,
+    DEPLOYMENT,
+    JOB,
+    POD,
+    REPLICA_SET,
+    STATEFUL_SET,
+    GroupKind,
+    group_kind_of,
+)
 from aibom_core.objects import Obj, ObjRef, OwnerRef, annotations_of, metadata, ref_of
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason
@@ -86,16 +95,13 @@ KEY_BYTES = 32
 # the original is refused.
 CREATED_WITHIN = (-5.0, 15.0)
 
-POD = GroupKind("", "Pod")
-DEPLOYMENT = GroupKind("apps", "Deployment")
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
 # Controllers whose children are made from a Pod template (`spec.template`), and
 # the kind of those children: what "the owner's template" of an adopted child is.
 TEMPLATE_CHILDREN: Mapping[GroupKind, GroupKind] = {
     REPLICA_SET: POD,
-    GroupKind("apps", "StatefulSet"): POD,
-    GroupKind("apps", "DaemonSet"): POD,
-    GroupKind("batch", "Job"): POD,
+    STATEFUL_SET: POD,
+    DAEMON_SET: POD,
+    JOB: POD,
     DEPLOYMENT: REPLICA_SET,
 }
 

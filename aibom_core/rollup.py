@@ -9,27 +9,15 @@ tracked descendants and Pods whose own walk ends at it
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from aibom_core.bom import RootView
-from aibom_core.graph import POD, OwnershipGraph, key_of, refused_here
+from aibom_core.document import configmap_name
+from aibom_core.graph import OwnershipGraph, key_of, refused_here
+from aibom_core.kinds import POD
 from aibom_core.objects import Obj, ObjRef, ref_of
 from aibom_core.walk import HopFailure, Reason, Rollup, WalkResult
-
-CONFIGMAP_PREFIX = "aibom-"
-DATA_KEY = "aibom.json"
-DATA_KEY_GZ = "aibom.json.gz"
-MAX_NAME = 253
-# Every AIBOM ConfigMap carries this label (the annotator's watch and tools select on it).
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "aibom-rollup"
-MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,79 +165,3 @@ _ROOTISH = (Rollup.ROOT, Rollup.UNRESOLVED, Rollup.UNPROVEN)
 def _objs(graph: OwnershipGraph, refs: list[ObjRef]) -> tuple[Obj, ...]:
     refs.sort(key=lambda r: (r.kind, r.name, r.group, r.uid))
     return tuple(graph.get(key_of(r)) or {} for r in refs)
-
-
-def configmap_name(kind: str, name: str) -> str:
-    """`aibom-<kind-lowercase>-<name>`, shortened with a hash suffix past 253 chars.
-
-    Names are DNS subdomains already (the root's own name is one), so only the
-    length can be a problem; the hash keeps shortened names distinct.
-    """
-    full = f"{CONFIGMAP_PREFIX}{kind.lower()}-{name}"
-    if len(full) <= MAX_NAME:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
-    head = full[: MAX_NAME - len(digest) - 1].rstrip(".-")
-    return f"{head}-{digest}"
-
-
-# The most a document may expand to when a reader unpacks it: a ConfigMap holds at
-# most 1 MiB, and an honest CycloneDX document gzips about 10-20 to 1, so a
-# payload that expands past this is not one of ours (a gzip bomb: 1 MiB of
-# zeros expands to 1 GiB). The annotator never writes a larger document
-# (`annotator.configmap.fit`), so every reader reads everything it writes.
-MAX_DOCUMENT_BYTES = 64 << 20
-
-
-class PackedDocumentError(ValueError):
-    """A ConfigMap whose AIBOM payload cannot be decoded (hand-edited, damaged, or a
-    gzip payload that expands past `MAX_DOCUMENT_BYTES`)."""
-
-
-_CHUNK = 1 << 20
-
-
-def gunzip(data: bytes, *, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
-    """gzip-decompressed `data`, never holding more than `limit` bytes of it (plus one
-    1 MiB step): past that, PackedDocumentError. zlib's own `max_length` would hold
-    its output twice while joining it, so the steps are counted here."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    parts: list[bytes] = []
-    size = 0
-    tail = data
-    try:
-        while not d.eof:
-            part = d.decompress(tail, _CHUNK)
-            tail = d.unconsumed_tail
-            size += len(part)
-            if size > limit:
-                raise PackedDocumentError(
-                    f"{DATA_KEY_GZ} decompresses to more than {limit} bytes: not an AIBOM document"
-                )
-            parts.append(part)
-            if not part and not tail:
-                raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: the stream is cut short")
-    except zlib.error as exc:
-        raise PackedDocumentError(f"{DATA_KEY_GZ} is not gzip: {exc}") from None
-    return b"".join(parts)
-
-
-def unpack(cm: dict[str, Any]) -> bytes | None:
-    """The document an AIBOM ConfigMap holds (`aibom.json`, or gzip'd `aibom.json.gz`).
-
-    The one reader of a document's payload (the annotator's tests, `kubectl
-    aibom`, `aibom-rollup verify`): a gzip payload is expanded in bounded
-    memory (`gunzip`). None when it holds neither key; PackedDocumentError when
-    the payload is damaged or too large.
-    """
-    data = cm.get("data") or {}
-    if isinstance(data, dict) and isinstance(data.get(DATA_KEY), str):
-        return str(data[DATA_KEY]).encode("utf-8")
-    binary = cm.get("binaryData") or {}
-    if isinstance(binary, dict) and isinstance(binary.get(DATA_KEY_GZ), str):
-        try:
-            packed = base64.b64decode(str(binary[DATA_KEY_GZ]), validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise PackedDocumentError(f"{DATA_KEY_GZ} is not base64: {exc}") from None
-        return gunzip(packed)
-    return None

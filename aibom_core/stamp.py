@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from aibom_core.kinds import GroupKind, group_kind_of
+from aibom_core.kinds import DEPLOYMENT, REPLICA_SET, GroupKind, group_kind_of
 from aibom_core.objects import Obj, ObjRef, annotations_of, metadata
 from aibom_core.walk import Rollup, WalkResult
 
@@ -191,10 +191,6 @@ def read_stamp(obj: Obj, *, keys: Keys) -> Stamp | None:
         rollup=ann[keys.rollup],
         reason=ann.get(keys.reason),
     )
-
-
-DEPLOYMENT = GroupKind("apps", "Deployment")
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
 
 
 def mirror_deployment(

@@ -27,7 +27,6 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -37,6 +36,7 @@ import orjson
 from aibom_core.kinds import GroupKind
 from aibom_core.objects import OwnerRef
 from aibom_core.walk import Fetched, Reason
+from aibom_edge.kubeconfig import kubeconfig_path
 
 log = logging.getLogger("aibom_edge.kube")
 
@@ -304,11 +304,11 @@ def _load_credentials(kubeconfig: str | None, context: str | None) -> Credential
     cfg = client.Configuration()
     token_file: str | None = None
     loader: Any
-    path = kubeconfig or os.environ.get("KUBECONFIG")
+    path = kubeconfig_path(kubeconfig)
     try:
-        if path or Path("~/.kube/config").expanduser().exists():
+        if path is not None:
             loader = kube_config._get_kube_config_loader(  # type: ignore[no-untyped-call]
-                filename=path or "~/.kube/config", active_context=context, persist_config=False
+                filename=path, active_context=context, persist_config=False
             )
             loader.load_and_set(cfg)
         else:

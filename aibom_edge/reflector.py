@@ -1,7 +1,8 @@
 """List+watch of one kind (client-go's reflector, in asyncio), shared by the annotator's
 informers (annotator/informer.py) and the webhook's owner index (webhook/ownerwatch.py).
 
-- The list is paged (`limit`, `continue`). Pages are pipelined: as soon as
+- The list is paged (`limit`, `continue`: aibom_edge.listing, the loop every
+  reader pages with). Pages are pipelined: as soon as
   page N is decoded, the request for page N+1 (its continue token is in page
   N's metadata) is sent, and only then are page N's items handed to the list
   pass, so the API server serves the next page while this process slims and
@@ -60,6 +61,7 @@ from aibom_edge.kube import (
     WatchExpired,
     retry_after,
 )
+from aibom_edge.listing import message_of, pages
 from aibom_edge.schema import KindSchema
 
 # The longest server-side watch (`timeoutSeconds`) a --watch-timeout flag may ask for.
@@ -114,17 +116,6 @@ def complete(res: ApiResource, obj: Obj, *, metadata_only: bool) -> Obj:
         obj.setdefault("apiVersion", res.api_version)
         obj.setdefault("kind", res.kind)
     return obj
-
-
-def _retrieve(task: asyncio.Task[KubeResponse]) -> None:
-    if not task.cancelled():
-        task.exception()  # a dropped page's error is not an unretrieved one
-
-
-def message_of(body: Any) -> str:
-    if isinstance(body, dict):
-        return str(body.get("message") or body.get("reason") or "")[:300]
-    return str(body)[:300]
 
 
 class Reflector:
@@ -323,74 +314,48 @@ class Reflector:
         )
 
     async def _list(self, res: ApiResource) -> str:
+        """One complete list into a pass (the one paged list, aibom_edge.listing, with
+        pages asked for ahead); its resourceVersion."""
         path = res.path()
-        first = {**self._params(), "limit": str(self.page_size)}
-        params = first
-        listed = self.begin_list(res)
-        ahead: asyncio.Task[KubeResponse] | None = None  # the next page, requested
-        try:
-            resp = await self._page(path, params)
-            while True:
-                if resp.status == 410 and "continue" in params:
-                    # The continue token expired mid-list: start over with a new
-                    # pass (an object the aborted pass listed may have been
-                    # deleted since; keeping its key would keep a ghost).
-                    params = first
+
+        async def refused(resp: KubeResponse) -> None:
+            why = f"list {path}: HTTP {resp.status} {message_of(resp.body)}"
+            if resp.status in (401, 403):
+                raise Refused(ReflectorState.FORBIDDEN, why)
+            if resp.status == 404:
+                raise Refused(ReflectorState.NO_MATCH, why)
+            wait = retry_after(resp.headers)
+            if resp.status == 429 or (resp.status >= 500 and wait is not None):
+                # Throttled: wait as told and ask for the same page again (the
+                # continue token stays valid for minutes; if not, a 410 relists).
+                self._restarted("throttled")
+                await self._backoff(why, wait)
+                self._set(ReflectorState.LISTING)
+                return
+            raise KubeError(why, status=resp.status, retry_after=wait)
+
+        listed: ListPass | None = None
+        stream = pages(
+            lambda query: self._page(path, query),
+            self._params(),
+            limit=self.page_size,
+            refused=refused,
+            ahead=True,
+            # An object the aborted pass listed may have been deleted since: the
+            # new pass forgets it (keeping its key would keep a ghost).
+            on_expired=lambda: self._restarted("continue_expired"),
+        )
+        async with contextlib.aclosing(stream):  # a failed pass drops the page asked ahead
+            async for page in stream:
+                if page.fresh or listed is None:
                     listed = self.begin_list(res)
-                    self._restarted("continue_expired")
-                    resp = await self._page(path, params)
-                    continue
-                if resp.status in (401, 403):
-                    raise Refused(
-                        ReflectorState.FORBIDDEN,
-                        f"list {path}: HTTP {resp.status} {message_of(resp.body)}",
-                    )
-                if resp.status == 404:
-                    raise Refused(
-                        ReflectorState.NO_MATCH, f"list {path}: HTTP 404 {message_of(resp.body)}"
-                    )
-                wait = retry_after(resp.headers)
-                if resp.status == 429 or (resp.status >= 500 and wait is not None):
-                    # Throttled: wait as told and ask for the same page again (the
-                    # continue token stays valid for minutes; if not, 410 above).
-                    self._restarted("throttled")
-                    await self._backoff(
-                        f"list {path}: HTTP {resp.status} {message_of(resp.body)}", wait
-                    )
-                    self._set(ReflectorState.LISTING)
-                    resp = await self._page(path, params)
-                    continue
-                body = resp.body
-                if not resp.ok or not isinstance(body, dict):
-                    raise KubeError(
-                        f"list {path}: HTTP {resp.status} {message_of(body)}",
-                        status=resp.status,
-                        retry_after=wait,
-                    )
-                meta = body.get("metadata") or {}
-                token = meta.get("continue")
-                if token:
-                    # Ask for the next page before handling this one, and let the
-                    # request go out (the loop's turn between pages): the API
-                    # server serves it while we slim and store this page.
-                    params = {**first, "continue": str(token)}
-                    ahead = asyncio.create_task(self._page(path, params))
-                    await asyncio.sleep(0)
-                for item in body.get("items") or ():
-                    if isinstance(item, dict):
-                        listed.add(item)
-                if not token:
+                for item in page.items:
+                    listed.add(item)
+                if page.last:
                     listed.done()
                     self._failures = 0
-                    return str(meta.get("resourceVersion", ""))
-                del body, resp, meta
-                assert ahead is not None
-                resp = await ahead
-                ahead = None
-        finally:
-            if ahead is not None:  # this pass failed or was cancelled: drop the next page
-                ahead.cancel()
-                ahead.add_done_callback(_retrieve)
+                    return page.resource_version
+        raise AssertionError("unreachable: pages ends with the last page")
 
     # -- watch ---------------------------------------------------------------------------
 

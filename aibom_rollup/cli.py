@@ -539,8 +539,9 @@ def cmd_kinds(args: argparse.Namespace, out: TextIO) -> int:
     reg = registry_of(args)
 
     def entry(gk: GroupKind) -> str:
-        resource = reg.resources.get(gk)
+        resource, short = reg.resources.get(gk), reg.short_names.get(gk)
         extra = f", resource: {resource}" if resource else ""
+        extra += f", shortNames: [{', '.join(short)}]" if short else ""
         return f"  - {{group: {gk.group!r}, kind: {gk.kind}{extra}}}"
 
     lines = ["tracked:", *(entry(gk) for gk in sorted(reg.tracked))]
@@ -824,12 +825,12 @@ def cmd_query(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
     from aibom_core import trail
-    from aibom_core.kindnames import BUILTIN_KINDS, TargetError, parse_target, with_registry
+    from aibom_core.kindnames import TargetError, offline_kinds, parse_target
     from aibom_rollup import trail_commands
 
     registry = registry_of(args)
     try:
-        target = parse_target(args.target, with_registry(BUILTIN_KINDS, registry), registry)
+        target = parse_target(args.target, offline_kinds(registry), registry)
     except TargetError as exc:
         raise UsageError(str(exc)) from None
     root = trail.RootId(args.namespace, target.kind.kind, target.name, group=target.kind.group)

@@ -33,7 +33,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -46,6 +45,7 @@ from aibom_core.opt_in import OPT_IN_LABEL, OPT_IN_VALUE
 from aibom_core.stamp import Keys
 from aibom_core.walk import Rollup
 from aibom_edge.kube import Kube, KubeError
+from aibom_edge.kubeconfig import context_namespace
 from aibom_edge.options import (
     UsageError,
     add_cluster_options,
@@ -69,7 +69,6 @@ from aibom_rollup.sources import (
 )
 
 PROG = "kubectl aibom"
-SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class NotFound(Exception):
@@ -232,29 +231,6 @@ def _colour(args: argparse.Namespace, out: TextIO) -> bool:
     if args.color == "never" or os.environ.get("NO_COLOR"):
         return False
     return out.isatty()
-
-
-def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context (as kubectl defaults it). Sync."""
-    from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
-
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if not path and not Path("~/.kube/config").expanduser().exists():
-        try:
-            return SA_NAMESPACE.read_text().strip() or "default"
-        except OSError:
-            return "default"
-    try:
-        contexts, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
-            config_file=path
-        )
-    except (ConfigException, OSError, ValueError):
-        return "default"  # the client's own load reports the problem properly
-    chosen = next((c for c in contexts or [] if c.get("name") == context), None)
-    chosen = chosen if context else active
-    ns = ((chosen or {}).get("context") or {}).get("namespace")
-    return str(ns) if ns else "default"
 
 
 def _emit(data: Any, fmt: str, out: TextIO) -> None:
@@ -657,7 +633,7 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
         raise UsageError("--at reads the export registry: give it without --from-file")
     if args.from_file:
         return await command(args, offline_source(args, registry, keys), keys, out)
-    namespace = await asyncio.to_thread(_context_namespace, args.kubeconfig, args.context)
+    namespace = await asyncio.to_thread(context_namespace, args.kubeconfig, args.context)
     opener = Kube.from_kubeconfig(
         args.kubeconfig, context=args.context, request_timeout=args.request_timeout, pool_size=8
     )

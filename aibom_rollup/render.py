@@ -15,8 +15,9 @@ from typing import Any
 
 from aibom_core.digests import observed_digests
 from aibom_core.explain import Explanation
-from aibom_core.graph import POD, OwnershipGraph
+from aibom_core.graph import OwnershipGraph
 from aibom_core.images import parse_image
+from aibom_core.kinds import POD
 from aibom_core.objects import Obj, ObjRef
 from aibom_core.stamp import Keys, Stamp, mirror_deployment, stamp_of
 from aibom_core.walk import Reason, WalkResult

@@ -25,30 +25,42 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aibom_core.bom import facts_of, input_hash, render
-from aibom_core.dump import Dump
-from aibom_core.graph import POD, OwnershipGraph, build_graph
-from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, with_registry
-from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
-from aibom_core.objects import Obj, metadata
-from aibom_core.rollup import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
+from aibom_core.document import (
     MANAGED_SELECTOR,
+    DocLabels,
     PackedDocumentError,
     configmap_name,
-    inventory,
+    is_document,
     unpack,
 )
+from aibom_core.dump import Dump
+from aibom_core.graph import OwnershipGraph, build_graph
+from aibom_core.kindnames import offline_kinds, with_registry
+from aibom_core.kinds import (
+    CONFIGMAP,
+    POD,
+    REPLICA_SET,
+    GroupKind,
+    KindInfo,
+    KindRegistry,
+    group_kind_of,
+)
+from aibom_core.objects import Obj, metadata
+from aibom_core.rollup import inventory
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Fetched, OwnerRequest, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
+from aibom_edge.listing import list_all
 
-REPLICA_SET = GroupKind("apps", "ReplicaSet")
-CONFIG_MAP = GroupKind("", "ConfigMap")
 LIST_PAGE = 500
 
 
 class SourceError(Exception):
     """The cluster (or dump) could not answer; the message is for the user."""
+
+
+class _Forbidden(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +115,8 @@ def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
     except ValueError as exc:
         raise SourceError(f"configmap {ns}/{name}: the document is not JSON: {exc}") from None
     annotations = meta.get("annotations") or {}
-    hop = str(annotations.get(f"{prefix}document-for", "")) if isinstance(annotations, dict) else ""
+    key = DocLabels(prefix).document_for
+    hop = str(annotations.get(key, "")) if isinstance(annotations, dict) else ""
     if hop.count("/") < 2:
         hop = _hop_from_document(body) or f"?/?/{name}"
     return Doc(namespace=ns, configmap=name, root_hop=hop, raw=raw, body=body)
@@ -111,7 +124,7 @@ def doc_of(cm: Obj, *, prefix: str) -> Doc | None:
 
 def readable_docs(cms: Iterable[Obj], *, prefix: str, skipped: list[str]) -> list[Doc]:
     """The documents of these ConfigMaps; each one that cannot be read (damaged, or a
-    payload too large to unpack: `aibom_core.rollup.unpack`) is left out and said
+    payload too large to unpack: `aibom_core.document.unpack`) is left out and said
     in `skipped`. Anyone who may create ConfigMaps can label one as ours."""
     out = []
     for cm in cms:
@@ -194,26 +207,29 @@ class LiveSource:
     async def _list(
         self, res: ApiResource, namespace: str | None, selector: str | None = None
     ) -> tuple[list[Obj], int]:
-        """Every object of a kind (paginated); the HTTP status of a refusal, else 200."""
-        items: list[Obj] = []
-        params: dict[str, str] = {"limit": str(LIST_PAGE)}
-        if selector:
-            params["labelSelector"] = selector
-        while True:
-            resp = await self._request("GET", res.path(namespace), params)
+        """Every object of a kind (the one paged list: a 410 on a continue relists); the
+        HTTP status of a refusal, else 200."""
+        path = res.path(namespace)
+
+        async def refused(resp: Any) -> None:
             if resp.status in (401, 403):
-                return [], resp.status
+                raise _Forbidden(resp.status)
             _check(resp.status, resp.body, f"list {res.plural}")
-            body = resp.body
-            # A List's items carry no apiVersion/kind: put them back, the core needs them.
-            for item in body.get("items") or []:
-                item.setdefault("apiVersion", res.api_version)
-                item.setdefault("kind", res.kind)
-                items.append(item)
-            cont = (body.get("metadata") or {}).get("continue")
-            if not cont:
-                return items, 200
-            params["continue"] = cont
+
+        try:
+            items, _ = await list_all(
+                lambda query: self._request("GET", path, query),
+                {"labelSelector": selector} if selector else {},
+                limit=LIST_PAGE,
+                refused=refused,
+            )
+        except _Forbidden as exc:
+            return [], exc.status
+        # A List's items carry no apiVersion/kind: put them back, the core needs them.
+        for item in items:
+            item.setdefault("apiVersion", res.api_version)
+            item.setdefault("kind", res.kind)
+        return items, 200
 
     async def graph(self, namespace: str | None) -> OwnershipGraph:
         objects: list[Obj] = []
@@ -232,7 +248,7 @@ class LiveSource:
         )
 
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
-        res = await self._resource(CONFIG_MAP)
+        res = await self._resource(CONFIGMAP)
         assert res is not None  # core v1 ConfigMaps are always served
         sel = MANAGED_SELECTOR + (f",{selector}" if selector else "")
         items, status = await self._list(res, namespace, sel)
@@ -242,14 +258,13 @@ class LiveSource:
         return _sorted(readable_docs(items, prefix=self.prefix, skipped=self.skipped))
 
     async def document(self, namespace: str, kind: str, name: str) -> Doc | None:
-        res = await self._resource(CONFIG_MAP)
+        res = await self._resource(CONFIGMAP)
         assert res is not None
         resp = await self._request("GET", res.path(namespace, configmap_name(kind, name)))
         if resp.status == 404:
             return None
         _check(resp.status, resp.body, f"get configmap {configmap_name(kind, name)}")
-        labels = metadata(resp.body).get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+        if not is_document(resp.body):
             return None
         return doc_of(resp.body, prefix=self.prefix)
 
@@ -274,14 +289,7 @@ class DumpSource:
         self.skipped: list[str] = []
 
     async def kinds(self) -> list[KindInfo]:
-        known = list(BUILTIN_KINDS)
-        have = {k.group_kind for k in known}
-        for obj in self.dump.objects:
-            gk = group_kind_of(obj)
-            if gk not in have and gk.kind:
-                have.add(gk)
-                known.append(KindInfo(gk.group, gk.kind, gk.kind.lower() + "s", gk.kind.lower()))
-        return with_registry(known, self.registry)
+        return offline_kinds(self.registry, self.dump.objects)
 
     async def get(self, kind: KindInfo, namespace: str, name: str) -> Obj | None:
         return self._graph.find(namespace, kind.group_kind, name)
@@ -293,12 +301,7 @@ class DumpSource:
         return self._graph
 
     def _stored(self) -> list[Obj]:
-        return [
-            o
-            for o in self.dump.objects
-            if group_kind_of(o) == CONFIG_MAP
-            and (metadata(o).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-        ]
+        return [o for o in self.dump.objects if group_kind_of(o) == CONFIGMAP and is_document(o)]
 
     async def documents(self, namespace: str | None, selector: str | None) -> list[Doc]:
         stored = self._stored()
@@ -364,7 +367,7 @@ class DocumentsSource:
         self._docs = _sorted(docs)
 
     async def kinds(self) -> list[KindInfo]:
-        return with_registry(BUILTIN_KINDS, self.registry)
+        return offline_kinds(self.registry)
 
     def _no_objects(self) -> SourceError:
         return SourceError(

@@ -31,10 +31,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aibom_core import jsf, trail
-from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, with_registry
-from aibom_core.kinds import KindRegistry
+from aibom_core.document import configmap_name
+from aibom_core.kindnames import offline_kinds
+from aibom_core.kinds import KindInfo, KindRegistry
 from aibom_core.objects import Obj
-from aibom_core.rollup import configmap_name
 from aibom_core.walk import Fetched, OwnerRequest
 from aibom_edge.oci import Endpoint, OciError
 from aibom_rollup.sources import Doc, SourceError
@@ -190,7 +190,7 @@ class RegistrySource:
         self._docs: list[Doc] | None = None
 
     async def kinds(self) -> list[KindInfo]:
-        return with_registry(BUILTIN_KINDS, self.registry)
+        return offline_kinds(self.registry)
 
     def _no_objects(self) -> SourceError:
         return SourceError(

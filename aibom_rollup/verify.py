@@ -35,13 +35,14 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from aibom_core import jsf
-from aibom_core.rollup import MANAGED_SELECTOR, PackedDocumentError, unpack
+from aibom_core.document import MANAGED_SELECTOR, PackedDocumentError, unpack
+from aibom_edge.kubeconfig import context_namespace
+from aibom_edge.listing import list_all
 from aibom_edge.options import UsageError, add_cluster_options, read_input
 
 EXIT = {
@@ -145,7 +146,7 @@ def documents_in(raw: bytes, source: str) -> Iterator[tuple[str, bytes | None, s
 def _configmap(cm: dict[str, Any]) -> Iterator[tuple[str, bytes | None, str]]:
     name = _cm_name(cm)
     try:
-        doc = unpack(cm)  # the one bounded reader (aibom_core.rollup)
+        doc = unpack(cm)  # the one bounded reader (aibom_core.document)
     except PackedDocumentError as exc:
         yield name, None, str(exc)
         return
@@ -189,35 +190,22 @@ def _split_ref(text: str) -> tuple[str, str]:
 # -- cluster -------------------------------------------------------------------------
 
 
-def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    from kubernetes import config  # heavy; only for cluster mode
-
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except Exception:  # no kubeconfig (in a Pod): the service account's namespace
-        path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        return path.read_text().strip() if path.exists() else "default"
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    ctx = (chosen or {}).get("context") or {}
-    return str(ctx.get("namespace") or "default")
+LIST_PAGE = 500
 
 
 async def _list(kube: Any, path: str, selector: str | None) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    cont = ""
-    while True:
-        params = {"limit": "500"}
-        if selector:
-            params["labelSelector"] = selector
-        if cont:
-            params["continue"] = cont
-        resp = await kube.request("GET", path, params=params)
-        if not resp.ok or not isinstance(resp.body, dict):
-            raise UsageError(f"GET {path}: HTTP {resp.status}: {_message(resp.body)}")
-        items += [i for i in resp.body.get("items") or [] if isinstance(i, dict)]
-        cont = str((resp.body.get("metadata") or {}).get("continue") or "")
-        if not cont:
-            return items
+    """Every AIBOM ConfigMap at `path` (the one paged list: a 410 on a continue relists)."""
+
+    async def refused(resp: Any) -> None:
+        raise UsageError(f"GET {path}: HTTP {resp.status}: {_message(resp.body)}")
+
+    items, _ = await list_all(
+        lambda query: kube.request("GET", path, params=query),
+        {"labelSelector": selector} if selector else {},
+        limit=LIST_PAGE,
+        refused=refused,
+    )
+    return items
 
 
 def _message(body: Any) -> str:
@@ -255,7 +243,7 @@ async def _from_cluster(
                     path = "/api/v1/configmaps"
                 else:
                     ns = args.namespace or await asyncio.to_thread(
-                        _context_namespace, args.kubeconfig, args.context
+                        context_namespace, args.kubeconfig, args.context
                     )
                     scope = f"namespace {ns}"
                     path = f"/api/v1/namespaces/{ns}/configmaps"

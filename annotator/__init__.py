@@ -14,12 +14,16 @@ Layers, top-down (each may import the ones below it, never the other way):
   leadership and counted.
 - ``probes``: ``/metrics``, ``/healthz``, ``/readyz`` (aiohttp).
 - ``metrics``: Prometheus collectors (log lines: ``aibom_edge.logs``, shared).
-- Pure, no I/O and no ``await``: ``cache`` (the watch-fed state: ownership
-  graph, namespaces, our ConfigMaps; which keys an event dirties), ``plan``
-  (what one reconcile must write and delete), ``configmap`` (the ConfigMap
-  body, label values, size handling), ``slim`` (what of an object we keep in
-  memory), ``workqueue`` (de-duplicating queue with per-item backoff and a
-  token bucket; the clock is injected), ``lease`` (the election rules).
+- Pure, no I/O and no ``await`` (held to it by ``lint-imports``, as the core
+  is): ``cache`` (the watch-fed state: ownership graph, namespaces, our
+  ConfigMaps; which keys an event dirties), ``plan`` (what one reconcile must
+  write and delete), ``configmap`` (the ConfigMap body, size handling),
+  ``lease`` (the election rules), ``ledger`` (which stamp repairs keep being
+  undone; the clock is passed in), ``keys``.
+- No I/O, but not pure: ``workqueue`` (de-duplicating queue with per-item
+  backoff and a token bucket: synchronous rules with an injected clock, and
+  the ``await`` of ``get`` around them), ``slim`` (what of an object we keep
+  in memory, decoded by aibom_edge.schema).
 
 Rules: a reconcile reads only the cache (it costs no LIST); only the leader
 writes; a child's document is deleted only after the document of the root

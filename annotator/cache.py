@@ -35,19 +35,16 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from aibom_core.document import DocLabels, configmap_name, is_document
 from aibom_core.graph import OwnershipGraph, key_of, refused_here
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
 from aibom_core.objects import Obj, controller_ref, metadata, ref_of
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in
 from aibom_core.provenance import ProofTrust
-from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, configmap_name
 from aibom_core.stamp import Keys
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason, Rollup, WalkResult
-from annotator.configmap import FOREIGN_DATA, DocLabels
+from annotator.configmap import FOREIGN_DATA
 from annotator.keys import RootKey, SweepKey
-
-NAMESPACE = GroupKind("", "Namespace")
-CONFIGMAP = GroupKind("", "ConfigMap")
 
 CmName = tuple[str, str]  # namespace, name
 
@@ -215,7 +212,7 @@ class ClusterState:
     def ours(self, cm: Obj) -> bool:
         """Whether a ConfigMap labelled as an AIBOM document is one of ours: its name is
         the one the contract gives the document of the object its root-UID label
-        names (`aibom_core.rollup.configmap_name`: a workload, or one of a kind no
+        names (`aibom_core.document.configmap_name`: a workload, or one of a kind no
         longer tracked), in that object's namespace.
 
         The labels prove nothing: anyone who may update a ConfigMap can label it
@@ -466,7 +463,7 @@ class ClusterState:
         if old is not None and _same_version(old, obj):
             return Dirty()
         self._unindex_cm(name)
-        if not _managed(obj):
+        if not is_document(obj):
             return Dirty()
         self.configmaps[name] = obj
         uid = self.labels.root_uid_of(obj)
@@ -497,11 +494,6 @@ class ClusterState:
         if root is None:
             return Dirty(sweeps={SweepKey(ns)})
         return Dirty(roots={root})
-
-
-def _managed(obj: Obj) -> bool:
-    labels = metadata(obj).get("labels")
-    return isinstance(labels, dict) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
 def _same_version(old: Obj, new: Obj) -> bool:

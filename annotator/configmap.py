@@ -1,8 +1,10 @@
-"""The AIBOM ConfigMap of a root: name, labels, ownerReference, payload. Pure.
+"""The AIBOM ConfigMap the annotator writes for a root: budget, ownerReference, the applied
+object. Pure.
 
-The contract is docs/architecture.md's (Documents): name `aibom-<kind-lowercase>-<name>`
-(`aibom_core.rollup.configmap_name`), data key `aibom.json`, labels
-`app.kubernetes.io/managed-by: aibom-rollup`, `<prefix>root-kind`,
+The format (name, keys, labels, packing) is aibom_core.document's, which every
+reader shares. The contract is docs/architecture.md's (Documents): name
+`aibom-<kind-lowercase>-<name>` (`aibom_core.document.configmap_name`), data
+key `aibom.json`, labels `app.kubernetes.io/managed-by: aibom-rollup`, `<prefix>root-kind`,
 `<prefix>root-name`, `<prefix>root-uid`, and an ownerReference to the root
 that is *not* a controller reference (the ConfigMap is a dependent the
 garbage collector removes with the root, not something the root manages).
@@ -23,24 +25,20 @@ All of it deterministic: same document, same bytes (gzip with mtime 0).
 
 from __future__ import annotations
 
-import base64
-import gzip
-import hashlib
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aibom_core.objects import Obj, ObjRef, metadata
-from aibom_core.rollup import (
-    DATA_KEY,
-    DATA_KEY_GZ,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
+from aibom_core.document import (
     MAX_DOCUMENT_BYTES,
+    DocLabels,
+    desired_labels,
+    gzipped,
+    pack,
+    pack_gzipped,
 )
-from aibom_core.stamp import DEFAULT_PREFIX
+from aibom_core.objects import Obj, ObjRef, metadata
 
 FIELD_MANAGER = "aibom-rollup-annotator"
 # k8s.io/kubernetes pkg/apis/core/validation: ValidateConfigMap sums the
@@ -50,75 +48,6 @@ TRUNCATED_PREFIX = "aibom.truncated"
 # Set by annotator.slim on a cached ConfigMap whose data another writer owns.
 FOREIGN_DATA = "\x00foreign-data"
 OWNED_PREFIX = "aibom.rollup.owned."
-
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_MAX_LABEL = 63
-
-
-@dataclass(frozen=True, slots=True)
-class DocLabels:
-    """Label and annotation keys of our ConfigMaps, under the stamp prefix."""
-
-    prefix: str = DEFAULT_PREFIX
-
-    @property
-    def root_kind(self) -> str:
-        return f"{self.prefix}root-kind"
-
-    @property
-    def root_name(self) -> str:
-        return f"{self.prefix}root-name"
-
-    @property
-    def root_uid(self) -> str:
-        return f"{self.prefix}root-uid"
-
-    @property
-    def document_for(self) -> str:
-        return f"{self.prefix}document-for"
-
-    @property
-    def input_hash(self) -> str:
-        return f"{self.prefix}input-hash"
-
-    @property
-    def generator(self) -> str:
-        return f"{self.prefix}generator"
-
-    @property
-    def encoding(self) -> str:
-        return f"{self.prefix}encoding"
-
-    @property
-    def sources_hash(self) -> str:
-        """What the document was built from: the UID and resourceVersion of every object
-        it reads, and the settings (`annotator.plan.sources_hash`)."""
-        return f"{self.prefix}sources-hash"
-
-    @property
-    def signed_by(self) -> str:
-        """The id of the key that signed the document (absent: unsigned)."""
-        return f"{self.prefix}signed-by"
-
-    @property
-    def selector(self) -> str:
-        """The label selector of every ConfigMap we manage (our watch uses it)."""
-        return f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-
-    def root_uid_of(self, cm: Obj) -> str:
-        labels = metadata(cm).get("labels")
-        return str(labels.get(self.root_uid, "")) if isinstance(labels, dict) else ""
-
-
-def label_value(value: str) -> str:
-    """`value` if it is a valid label value, else a valid one that keeps it distinct."""
-    if len(value) <= _MAX_LABEL and _LABEL_VALUE.match(value):
-        return value
-    digest = hashlib.sha256(value.encode()).hexdigest()[:10]
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)
-    head = cleaned[: _MAX_LABEL - len(digest) - 1]
-    head = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", head)
-    return f"{head}-{digest}" if head else digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,23 +82,21 @@ def fit(
     `seal` (signing) is applied to a cut document: a signature must cover
     the bytes stored, so a signed document that is cut is signed again.
     A gzip'd document is also kept within `unpacked_limit` once expanded:
-    every reader unpacks in memory bounded by it (`aibom_core.rollup.unpack`).
+    every reader unpacks in memory bounded by it (`aibom_core.document.unpack`).
     """
     if len(document) <= limit:
-        return Payload(
-            "json", {DATA_KEY: document.decode("utf-8")}, {}, len(document), len(document)
-        )
-    packed = _gzip(document)
+        return Payload("json", pack(document), {}, len(document), len(document))
+    packed = gzipped(document)
     if len(packed) <= limit and len(document) <= unpacked_limit:
-        return Payload("gzip", {}, {DATA_KEY_GZ: _b64(packed)}, len(packed), len(document))
+        return Payload("gzip", {}, pack_gzipped(packed), len(packed), len(document))
     cut, omitted_c, omitted_o = truncate(
         document, limit=limit, seal=seal, unpacked_limit=unpacked_limit
     )
-    packed = _gzip(cut)
+    packed = gzipped(cut)
     return Payload(
         "truncated",
         {},
-        {DATA_KEY_GZ: _b64(packed)},
+        pack_gzipped(packed),
         len(packed),
         len(document),
         omitted_c,
@@ -239,7 +166,7 @@ def truncate(
         return data, len(components) - n_c, len(owned) - n_o
 
     def fits(data: bytes) -> bool:
-        return len(data) <= unpacked_limit and len(_gzip(data)) <= limit
+        return len(data) <= unpacked_limit and len(gzipped(data)) <= limit
 
     lo, hi = 0.0, 1.0
     best = build(0.0)
@@ -275,30 +202,12 @@ def _prune_dependencies(deps: Any, refs: set[Any], root: Mapping[str, Any]) -> l
     return out
 
 
-def _gzip(data: bytes) -> bytes:
-    # mtime=0 and no file name: the same document always packs to the same bytes.
-    return gzip.compress(data, compresslevel=9, mtime=0)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
 # -- the object ------------------------------------------------------------------
 
 
 def owner_reference(root: ObjRef, api_version: str) -> dict[str, Any]:
     """A plain (non-controller) ownerReference to the root: GC removes us with it."""
     return {"apiVersion": api_version, "kind": root.kind, "name": root.name, "uid": root.uid}
-
-
-def desired_labels(root: ObjRef, labels: DocLabels) -> dict[str, str]:
-    return {
-        MANAGED_BY_LABEL: MANAGED_BY,
-        labels.root_kind: label_value(root.kind),
-        labels.root_name: label_value(root.name),
-        labels.root_uid: label_value(root.uid),
-    }
 
 
 def configmap_body(

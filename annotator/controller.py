@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aibom_core.bom import render
+from aibom_core.document import DocLabels
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
 from aibom_core.objects import Obj, metadata
 from aibom_core.opt_in import DEFAULT_OPT_IN
 from aibom_core.stamp import Keys
@@ -38,15 +39,8 @@ from aibom_core.trail import RootId
 from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE
-from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState, Dirty
-from annotator.configmap import (
-    FOREIGN_DATA,
-    MAX_DATA_BYTES,
-    DocLabels,
-    Payload,
-    configmap_body,
-    fit,
-)
+from annotator.cache import ClusterState, Dirty
+from annotator.configmap import FOREIGN_DATA, MAX_DATA_BYTES, Payload, configmap_body, fit
 from annotator.export import BacklogWriteError, Exporter, ExportMetrics, ExportSettings
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, RootKey, SweepKey
@@ -168,7 +162,7 @@ class Controller:
         self._events_sent: set[tuple[str, str]] = set()
         self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
-        self.ledger = RepairLedger()
+        self.ledger = RepairLedger(now=time.monotonic)
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
@@ -194,6 +188,7 @@ class Controller:
                 settings.export,
                 ExportMetrics(self.metrics.registry),
                 is_leader=self.is_leader,
+                labels=settings.labels,
             )
             if settings.export is not None
             else None

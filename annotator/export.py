@@ -59,7 +59,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry
 
 from aibom_core import trail
-from aibom_core.rollup import unpack
+from aibom_core.document import MANAGED_BY_LABEL, DocLabels, label_value, unpack
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.metrics import Collectors
 from aibom_edge.oci import Endpoint, OciError
@@ -68,7 +68,7 @@ from aibom_edge.oci_client import Client, manifest_digest
 log = logging.getLogger("annotator")
 
 BACKLOG_MANAGED_BY: Final = "aibom-rollup-export"
-BACKLOG_SELECTOR: Final = f"app.kubernetes.io/managed-by={BACKLOG_MANAGED_BY}"
+BACKLOG_SELECTOR: Final = f"{MANAGED_BY_LABEL}={BACKLOG_MANAGED_BY}"
 BACKLOG_PREFIX: Final = "aibom-export-"
 ENTRIES_KEY: Final = "versions.json"
 # One backlog ConfigMap holds at most this much compressed document (base64 in
@@ -186,8 +186,11 @@ class Exporter:
         is_leader: Callable[[], bool],
         client: Client | None = None,
         clock: Callable[[], float] = time.time,
+        labels: DocLabels | None = None,
     ) -> None:
         self.kube = kube
+        # The documents' label and annotation keys, under the configured prefix.
+        self.labels = labels or DocLabels()
         self.settings = settings
         self.metrics = metrics
         self.is_leader = is_leader
@@ -360,7 +363,7 @@ class Exporter:
                 "name": name,
                 "namespace": self.settings.namespace,
                 "labels": {
-                    "app.kubernetes.io/managed-by": BACKLOG_MANAGED_BY,
+                    MANAGED_BY_LABEL: BACKLOG_MANAGED_BY,
                     "app.kubernetes.io/name": "aibom-rollup",
                 },
             },
@@ -629,7 +632,7 @@ class Exporter:
         resp = await self.kube.request(
             "GET",
             f"/api/v1/namespaces/{root.namespace}/configmaps",
-            params={"labelSelector": f"aibom.dev/root-uid={root.uid}"},
+            params={"labelSelector": f"{self.labels.root_uid}={label_value(root.uid)}"},
             timeout=30,
         )
         if not resp.ok or not isinstance(resp.body, dict):
@@ -641,8 +644,8 @@ class Exporter:
             ann = (cm.get("metadata") or {}).get("annotations") or {}
             return (
                 document,
-                str(ann.get("aibom.dev/input-hash", "")),
-                str(ann.get("aibom.dev/signed-by", "")),
+                str(ann.get(self.labels.input_hash, "")),
+                str(ann.get(self.labels.signed_by, "")),
             )
         return None
 

@@ -20,14 +20,12 @@ left the stamps of a twice-adopted Deployment's Pods wrong for ten minutes).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable
 
 
 class RepairLedger:
-    def __init__(
-        self, *, limit: int = 2, window: float = 600.0, now: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, *, now: Callable[[], float], limit: int = 2, window: float = 600.0) -> None:
+        """`now`: a monotonic clock in seconds (the controller passes `time.monotonic`)."""
         self.limit = limit
         self.window = window
         self._now = now

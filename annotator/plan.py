@@ -25,9 +25,10 @@ from enum import StrEnum
 from typing import Any
 
 from aibom_core.bom import RootView, facts_of, input_hash
+from aibom_core.document import configmap_name
 from aibom_core.kinds import GroupKind, KindRegistry
 from aibom_core.objects import Obj, ObjRef, metadata, ref_of
-from aibom_core.rollup import configmap_name, root_entry
+from aibom_core.rollup import root_entry
 from aibom_core.stamp import Keys, Stamp, mirror_deployment, stamp_merge_patch, stamp_of
 from aibom_core.walk import HopFailure, Reason, Rollup
 from annotator.cache import ClusterState

@@ -51,18 +51,15 @@ from typing import Any, TypedDict
 
 import orjson
 
-from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.document import DATA_KEY, DATA_KEY_GZ
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, POD, GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj
-from aibom_core.rollup import DATA_KEY, DATA_KEY_GZ
 from aibom_core.scrape import MODEL_NAME_ANNOTATION
 from aibom_core.stamp import DEFAULT_PREFIX
 from aibom_edge.schema import KindSchema
 from annotator.configmap import FIELD_MANAGER, FOREIGN_DATA
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-POD = GroupKind("", "Pod")
-CONFIGMAP = GroupKind("", "ConfigMap")
-NAMESPACE = GroupKind("", "Namespace")
 MODEL_PREFIX = MODEL_NAME_ANNOTATION.rpartition("/")[0] + "/"
 
 

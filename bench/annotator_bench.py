@@ -96,16 +96,22 @@ from aibom_core.objects import Obj
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from aibom_core.document import (  # noqa: E402
+    DocLabels,
+    unpack,
+)
 from aibom_core.graph import OwnershipGraph  # noqa: E402
-from aibom_core.kinds import GroupKind, default_registry, group_kind_of  # noqa: E402
+from aibom_core.kinds import (  # noqa: E402
+    CONFIGMAP,
+    GroupKind,
+    default_registry,
+    group_kind_of,
+)
 from aibom_core.objects import controller_ref  # noqa: E402
 from aibom_core.provenance import parse_key, proof_for  # noqa: E402
-from aibom_core.rollup import unpack  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import METADATA_LIST, Kube  # noqa: E402
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE  # noqa: E402
-from annotator.cache import CONFIGMAP  # noqa: E402
-from annotator.configmap import DocLabels  # noqa: E402
 from annotator.controller import wanted_kinds  # noqa: E402
 from annotator.slim import keeps_metadata_only  # noqa: E402
 from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402

@@ -33,12 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_dump import generate
 
 from aibom_core.bom import facts_of, input_hash, render
+from aibom_core.document import DocLabels
 from aibom_core.graph import build_graph
 from aibom_core.kinds import default_registry
 from aibom_core.objects import Obj
 from aibom_core.rollup import inventory
 from aibom_edge.kube import Kube
-from annotator.configmap import DocLabels, configmap_body, fit
+from annotator.configmap import configmap_body, fit
 from tests.controlplane import ControlPlane, child_env
 
 SHAPES = ["deployment", "nim", "cronjob", "lws", "dcd", "dynamo"]

@@ -76,7 +76,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import annotator_bench as ab  # noqa: E402
 
-from aibom_core.rollup import unpack  # noqa: E402
+from aibom_core.document import unpack  # noqa: E402
 from aibom_edge.kube import Kube  # noqa: E402
 from tests.controlplane import BuildError, ControlPlane, child_env  # noqa: E402
 from tests.controlplane.gobuild import GoBuild, SourceTree, binary, go_ldflags  # noqa: E402

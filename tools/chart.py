@@ -288,13 +288,18 @@ def _nest(values: list[Value]) -> Doc:
 
 
 def find_kubectl() -> Path:
-    """`$KUBECTL`, else the control plane's kubectl (built and cached by tests.controlplane)."""
+    """`$KUBECTL`, else `kubectl` on PATH. The tools never import the tests: the chart
+    tests pass the control plane's own kubectl in (tests.controlplane.kubectl_path)."""
     env = os.environ.get("KUBECTL")
     if env:
         return Path(env)
-    from tests.controlplane import kubectl_path
-
-    return kubectl_path()
+    found = shutil.which("kubectl")
+    if found:
+        return Path(found)
+    raise ChartError(
+        "no kubectl: set $KUBECTL (the chart is checked with the control plane's, the "
+        "kubectl in the bin directory `python -m tests.controlplane build` makes)"
+    )
 
 
 def _placeholder_files(root: Path) -> list[tuple[str, str]]:
@@ -954,8 +959,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.chart",
         description="Generate charts/aibom-rollup from the kustomize base manifests/ (see the "
-        "module docstring). Needs kubectl with kustomize: $KUBECTL, else the control plane's "
-        "(built into ~/.cache/aibom-rollup by tests.controlplane on first use).",
+        "module docstring). Needs kubectl with kustomize: $KUBECTL, else kubectl on PATH "
+        "(the tests use the control plane's, built by `python -m tests.controlplane build`).",
     )
     parser.add_argument(
         "--check",

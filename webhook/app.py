@@ -22,11 +22,9 @@ from typing import Any
 
 from aiohttp import web
 
-from aibom_core.kinds import GroupKind, KindRegistry, group_kind_of
+from aibom_core.kinds import POD, REPLICA_SET, GroupKind, KindRegistry, group_kind_of
 from aibom_core.objects import Obj, annotations_of, controller_ref, metadata
-from aibom_core.provenance import POD
 from aibom_core.stamp import (
-    REPLICA_SET,
     Keys,
     Stamp,
     escape_pointer,

@@ -70,15 +70,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aibom_core.kinds import GroupKind, KindRegistry, group_of
+from aibom_core.kinds import DEPLOYMENT, POD, GroupKind, KindRegistry, group_of
 from aibom_core.objects import Obj, metadata
-from aibom_core.stamp import DEPLOYMENT, Keys
+from aibom_core.stamp import Keys
 from aibom_edge.kube import ApiResource, Kube
 from aibom_edge.reflector import Reflector, ReflectorState
 
 log = logging.getLogger("webhook.ownerwatch")
 
-POD = GroupKind("", "Pod")
 DEFAULT_WATCH_TIMEOUT = 300
 DEFAULT_SYNC_TIMEOUT = 30.0
 DEFAULT_GRACE = 5.0

@@ -84,9 +84,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from aibom_core.kinds import GroupKind, KindRegistry
+from aibom_core.kinds import POD, GroupKind, KindRegistry
 from aibom_core.objects import Obj, OwnerRef
-from aibom_core.provenance import POD
 from aibom_core.walk import (
     DEFAULT_MAX_DEPTH,
     EdgeTrust,

@@ -39,7 +39,7 @@ from typing import TypeVar
 
 import pytest
 
-from aibom_core.kindnames import BUILTIN_KINDS
+from aibom_core.kinds import BUILTIN_KINDS
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl
 from tests.integration.kubelet import Kubelet, pod_digests

@@ -53,8 +53,8 @@ from typing import Any, Protocol, Self
 import pytest
 import yaml
 
+from aibom_core.document import unpack
 from aibom_core.objects import Obj
-from aibom_core.rollup import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 
 MANIFESTS = REPO_ROOT / "manifests"

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aibom_core.document import MANAGED_BY, MANAGED_BY_LABEL, unpack
 from aibom_core.objects import Obj
-from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL, unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
 from tests.integration.support import (
     LABEL_KEY,

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from aibom_core.rollup import unpack
+from aibom_core.document import unpack
 from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, bind_rules
 from tests.integration.apiproxy import ApiProxy
 from tests.integration.support import (

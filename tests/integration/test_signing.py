@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from aibom_core import jsf
-from aibom_core.rollup import unpack
+from aibom_core.document import unpack
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.integration.support import (
     MANAGED,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 from aibom_core.graph import key_of
-from aibom_core.kinds import GroupKind, default_registry, group_kind_of
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, default_registry, group_kind_of
 from aibom_core.objects import Obj, ref_of
 from aibom_core.walk import Reason
-from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState
+from annotator.cache import ClusterState
 from annotator.keys import RootKey, SweepKey
 from tests.unit.kobj import chain, dynamo_graph, mk
 

@@ -12,17 +12,10 @@ from typing import Any
 import pytest
 
 from aibom_core.bom import RootView, build_document, validate
+from aibom_core.document import MANAGED_BY_LABEL, DocLabels, label_value, unpack
 from aibom_core.kinds import default_registry
 from aibom_core.objects import ObjRef
-from aibom_core.rollup import MANAGED_BY_LABEL, unpack
-from annotator.configmap import (
-    DocLabels,
-    configmap_body,
-    fit,
-    is_current,
-    label_value,
-    truncate,
-)
+from annotator.configmap import configmap_body, fit, is_current, truncate
 from tests.unit.kobj import mk
 
 REG = default_registry()

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from aibom_core.kinds import default_registry, group_kind_of
+from aibom_core.document import DocLabels
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj, ref_of
-from annotator.cache import CONFIGMAP, NAMESPACE
-from annotator.configmap import DocLabels, configmap_body, fit
+from annotator.configmap import configmap_body, fit
 from annotator.controller import Controller, Settings
 from annotator.keys import RootKey
 from annotator.ledger import RepairLedger

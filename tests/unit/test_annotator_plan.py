@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from aibom_core.kinds import GroupKind, default_registry, group_kind_of
+from aibom_core.document import DocLabels
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, default_registry, group_kind_of
 from aibom_core.objects import Obj, ref_of
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason
-from annotator.cache import CONFIGMAP, NAMESPACE, ClusterState
-from annotator.configmap import DocLabels, configmap_body, fit
+from annotator.cache import ClusterState
+from annotator.configmap import configmap_body, fit
 from annotator.keys import RootKey, SweepKey
 from annotator.plan import DocRef, Outcome, plan_root, plan_stamp, plan_sweep
 from tests.unit.kobj import chain, mk

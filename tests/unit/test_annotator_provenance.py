@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 from aibom_core.bom import render
-from aibom_core.kinds import default_registry, group_kind_of
+from aibom_core.kinds import NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj, controller_ref, ref_of
 from aibom_core.provenance import Origin, proof_for
 from aibom_core.stamp import Keys
-from annotator.cache import NAMESPACE, ClusterState
+from annotator.cache import ClusterState
 from annotator.keys import RootKey
 from annotator.plan import Outcome, plan_root, plan_stamp
 from tests.unit.kobj import mk

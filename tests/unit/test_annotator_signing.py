@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from aibom_core import jsf
+from aibom_core.document import DATA_KEY, DocLabels
 from aibom_core.objects import Obj
-from aibom_core.rollup import DATA_KEY
-from annotator.configmap import DocLabels
 from annotator.signing import Signing, load_key, publish
 from annotator.writer import APPLY, MERGE, WriteError
 from tests.unit.recording_api import CONFIGMAPS, Call, RecordingApi, until, write_through

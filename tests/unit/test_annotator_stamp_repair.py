@@ -23,10 +23,9 @@ from typing import Any
 
 import pytest
 
-from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.kinds import NAMESPACE, GroupKind, default_registry
 from aibom_core.objects import Obj
 from aibom_edge.kube import ApiResource, KubeResponse
-from annotator.cache import NAMESPACE
 from annotator.controller import Controller, Settings
 from annotator.ledger import RepairLedger
 from annotator.main import settings_of

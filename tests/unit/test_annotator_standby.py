@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aibom_core.kinds import default_registry, group_kind_of
+from aibom_core.kinds import NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj
-from annotator.cache import NAMESPACE
 from annotator.controller import Controller, Settings
 from annotator.lease import ElectionConfig
 from tests.unit.kobj import chain, mk

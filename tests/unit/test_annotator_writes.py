@@ -14,9 +14,8 @@ import functools
 from typing import Any
 
 from aibom_core import jsf
-from aibom_core.kinds import group_kind_of
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, group_kind_of
 from aibom_core.objects import Obj
-from annotator.cache import CONFIGMAP, NAMESPACE
 from annotator.controller import Controller, Settings
 from annotator.keys import RootKey, SweepKey
 from annotator.signing import Signing

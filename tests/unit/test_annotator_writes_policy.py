@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from aibom_core.rollup import MANAGED_BY, MANAGED_BY_LABEL
+from aibom_core.document import MANAGED_BY, MANAGED_BY_LABEL
 from aibom_core.stamp import DEFAULT_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2] / "manifests" / "annotator"

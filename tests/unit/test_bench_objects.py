@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import annotator_bench as bench
 
-from aibom_core.kinds import group_kind_of
+from aibom_core.kinds import NAMESPACE, group_kind_of
 from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import Rollup
 from aibom_edge.kube import KubeResponse
-from annotator.cache import NAMESPACE, ClusterState
+from annotator.cache import ClusterState
 from annotator.plan import plan_stamp
 
 KEY = bytes(range(32))

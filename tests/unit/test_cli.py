@@ -164,8 +164,21 @@ def test_max_depth_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_kinds_prints_the_builtin_registry(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kinds"]) == 0
     out = capsys.readouterr().out
-    assert "{group: nvidia.com, kind: DynamoGraphDeployment}" in out
-    assert "{group: grove.io, kind: PodClique}" in out
+    # Each kind with kubectl's short names beside it (the one kind catalogue, #36).
+    assert "{group: nvidia.com, kind: DynamoGraphDeployment, shortNames: [dgd]}" in out
+    assert "{group: grove.io, kind: PodClique, shortNames: [pclq]}" in out
+    assert "{group: ray.io, kind: RayJob}" in out
+
+
+def test_kinds_prints_the_short_names_of_a_merged_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kinds = tmp_path / "k.yaml"
+    kinds.write_text("tracked: [{group: x.io, kind: Gizmo, shortNames: [gz]}]\n")
+    assert main(["kinds", "--kinds", str(kinds)]) == 0
+    out = capsys.readouterr().out
+    assert "{group: 'x.io', kind: Gizmo, shortNames: [gz]}" in out
+    assert "{group: 'apps', kind: Deployment, shortNames: [deploy]}" in out
 
 
 def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from aibom_core.kindnames import offline_kinds, resolve_kind, with_registry
 from aibom_core.kinds import (
+    BUILTIN_KINDS,
+    CONFIGMAP,
     GroupKind,
     KindRegistry,
     RegistryError,
@@ -74,7 +77,12 @@ def test_merge_keeps_the_other_registrys_resource() -> None:
         ),
         (
             "tracked:\n  - {group: ray.io, kind: RayService, resources: rayservices}\n",
-            "k.yaml: tracked[0]: unknown key(s) resources (an entry has group, kind, resource)",
+            "k.yaml: tracked[0]: unknown key(s) resources "
+            "(an entry has group, kind, resource, shortNames)",
+        ),
+        (
+            "tracked:\n  - {group: ray.io, kind: RayService, shortNames: [Rs/1]}\n",
+            "k.yaml: tracked[0].shortNames 'Rs/1' is not a list of short names",
         ),
         (
             "tracked:\n  - {group: Ray.IO, kind: RayService}\n",
@@ -95,3 +103,46 @@ def test_bad_entries_name_the_field(text: str, message: str) -> None:
     with pytest.raises(RegistryError) as err:
         registry_from_config(text, source="k.yaml")
     assert str(err.value).startswith(message), str(err.value)
+
+
+# -- one catalogue, one plural rule (#36) --
+
+
+def test_the_catalogue_is_the_builtin_registry_and_configmaps() -> None:
+    # BUILTIN_KINDS (offline names) was a second list of the kinds, and lacked
+    # the Knative kinds KServe walks through: it is derived from the registry.
+    reg = default_registry()
+    named = {k.group_kind for k in BUILTIN_KINDS}
+    assert named == reg.tracked | reg.walk_only | {CONFIGMAP}
+    assert {k.kind: k.short_names for k in BUILTIN_KINDS}["Revision"] == ("rev",)
+    assert all(
+        k.plural == reg.resource_of(k.group_kind) for k in BUILTIN_KINDS if k.group_kind in named
+    )
+
+
+def test_short_names_come_from_the_configuration() -> None:
+    reg = registry_from_config(
+        "tracked: [{group: x.io, kind: Gizmo, shortNames: [gz, gzm]}]", source="t"
+    )
+    kinds = offline_kinds(reg)
+    assert resolve_kind("gz", kinds, reg).group_kind == GroupKind("x.io", "Gizmo")
+    assert resolve_kind("deploy", kinds, reg).group_kind == GroupKind("apps", "Deployment")
+
+
+def test_a_registry_kind_without_a_name_gets_the_kubernetes_plural() -> None:
+    # kinds.default_resource and kindnames.with_registry used to guess apart:
+    # `raypolicies` (as Kubernetes does) against `raypolicys`.
+    reg = registry_from_config(
+        "tracked: [{group: ray.io, kind: RayPolicy}, {group: x.io, kind: Gizmo, resource: gz}]",
+        source="t",
+    )
+    names = {k.group_kind: k for k in with_registry([], reg)}
+    assert names[GroupKind("ray.io", "RayPolicy")].plural == "raypolicies"
+    assert names[GroupKind("x.io", "Gizmo")].plural == "gz"  # configured wins
+    assert resolve_kind("raypolicies", with_registry([], reg), reg).kind == "RayPolicy"
+
+
+def test_a_dump_kind_gets_the_kubernetes_plural() -> None:
+    obj = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {}}
+    kinds = {k.group_kind: k for k in offline_kinds(default_registry(), [obj])}
+    assert kinds[GroupKind("networking.k8s.io", "NetworkPolicy")].plural == "networkpolicies"

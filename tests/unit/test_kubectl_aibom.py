@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from aibom_core.document import MAX_DOCUMENT_BYTES
 from aibom_core.explain import explanation, traced
 from aibom_core.graph import build_graph
-from aibom_core.kindnames import BUILTIN_KINDS, KindInfo, TargetError, parse_target, resolve_kind
-from aibom_core.kinds import GroupKind, default_registry
-from aibom_core.rollup import MAX_DOCUMENT_BYTES
+from aibom_core.kindnames import TargetError, parse_target, resolve_kind
+from aibom_core.kinds import BUILTIN_KINDS, GroupKind, KindInfo, default_registry
 from aibom_core.stamp import Keys
 from aibom_rollup import render
 from aibom_rollup.kubectl_aibom import hoist

@@ -9,18 +9,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from aibom_core.graph import build_graph
-from aibom_core.kinds import GroupKind, default_registry
-from aibom_core.objects import Obj
-from aibom_core.rollup import (
+from aibom_core.document import (
     DATA_KEY_GZ,
     MAX_DOCUMENT_BYTES,
     MAX_NAME,
     PackedDocumentError,
     configmap_name,
-    inventory,
     unpack,
 )
+from aibom_core.graph import build_graph
+from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.objects import Obj
+from aibom_core.rollup import inventory
 from aibom_core.walk import Reason
 from tests.unit.kobj import chain, dynamo_graph, mk
 

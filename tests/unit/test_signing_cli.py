@@ -15,7 +15,7 @@ import pytest
 
 from aibom_core import jsf
 from aibom_core.bom import validate
-from aibom_core.rollup import unpack
+from aibom_core.document import unpack
 from aibom_rollup.cli import main
 from annotator.configmap import fit
 from annotator.signing import Signing, load_key, signing_of

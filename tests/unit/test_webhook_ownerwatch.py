@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 from aiohttp.test_utils import TestClient
 
-from aibom_core.kinds import GroupKind, default_registry
+from aibom_core.kinds import POD, GroupKind, default_registry
 from aibom_core.objects import Obj
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason, Rollup
@@ -27,7 +27,6 @@ from tests.unit.webhook_fakes import MemorySource, apply_patch, body, review
 from webhook.app import Admitter, Readiness, make_app
 from webhook.metrics import Metrics
 from webhook.ownerwatch import (
-    POD,
     KindWatch,
     OwnerStore,
     OwnerWatch,
