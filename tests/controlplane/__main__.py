@@ -53,7 +53,8 @@ components (--with a,b; each runs as its own ServiceAccount with its release's R
 {names}
 tools (build --all): {tools}
 
-There is no kubelet: Pods stay Pending unless a component plays the nodes.
+There is no kubelet: Pods stay Pending unless --with kwok (kube-scheduler binds them to
+kwok's fake Nodes, whose Stages report them Running with their image digests).
 Logs of each process: <state dir>/data/logs/.
 """
 
@@ -266,7 +267,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cp.start()
         if not args.no_crds:
             print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
-        running = {name: cp.start_component(name) for name in args.with_}
+        for name in args.with_:
+            cp.start_component(name)
+        # What --with named, and what those require (kwok's kube-scheduler).
+        running = {name: c for name in cp.running_components if (c := cp.component(name))}
         state: dict[str, Any] = {
             "status": "ready",
             "pid": os.getpid(),

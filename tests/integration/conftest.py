@@ -23,7 +23,8 @@ per pytest session):
   components/: operators, engines, registries), started on ``control_plane``
   for the tests of that module as their own ServiceAccounts with their
   releases' RBAC, and stopped after it (their webhook configurations deleted)
-  so that other modules can play their children by hand. A mapping from name
+  so that other modules can play their children by hand (with what they
+  ``require``d: ``kwok`` starts ``kube-scheduler``). A mapping from name
   to the running :class:`tests.controlplane.Component`. Their builds are
   cached like the control plane's and made before the first test.
 
@@ -197,6 +198,7 @@ def components(
     control_plane: ControlPlane, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, Component]]:
     names = [str(n) for mark in request.node.iter_markers("components") for n in mark.args]
+    before = set(control_plane.running_components)
     started: dict[str, Component] = {}
     try:
         for name in names:
@@ -206,8 +208,11 @@ def components(
                 pytest.fail(f"cannot start the component {name}: {exc}", pytrace=False)
         yield started
     finally:
-        for name in reversed(names):
-            control_plane.stop_component(name)
+        # What the module started, what they required included (kwok's kube-scheduler
+        # would otherwise go on binding the Pods of the next modules), last first.
+        for name in reversed(control_plane.running_components):
+            if name not in before:
+                control_plane.stop_component(name)
 
 
 @pytest.fixture(scope="module")
