@@ -19,9 +19,12 @@ helpers that:
   reference is refused by the guard, or stamped ``unproven`` and left out of the
   root's document, its digest with it (:func:`assert_forgery_fails`).
 
-The pair of namespaces, one annotator for both (the shipped ClusterRole, the
-webhook's provenance key) and the played kubelet (:mod:`tests.integration.kubelet`)
-come from :func:`operator_namespaces`; the guard from :func:`guard_applied`.
+The pair of namespaces and one annotator for both (the shipped ClusterRole, the
+webhook's provenance key) come from :func:`operator_namespaces`; the guard from
+:func:`guard_applied`. Pod statuses come from kwok's Stages where the module runs
+the ``kwok`` component (the Pods scheduled onto its fake Nodes by kube-scheduler),
+else from the played kubelet (:mod:`tests.integration.kubelet`, whose
+``reported_digests`` says what either reports).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import pytest
 from aibom_core.kindnames import BUILTIN_KINDS
 from aibom_core.objects import Obj
 from tests.controlplane import Component, ControlPlane, Kubectl
-from tests.integration.kubelet import Kubelet, pod_digests
+from tests.integration.kubelet import pod_statuses, reported_digests
 from tests.integration.support import (
     LABEL_KEY,
     MANIFESTS,
@@ -180,7 +183,7 @@ class Tenant:
 
 @dataclass(frozen=True)
 class Spaces:
-    """Two opted-in namespaces, their tenants, the annotator and the played kubelet."""
+    """Two opted-in namespaces, their tenants and the annotator."""
 
     cp: ControlPlane
     kubectl: Kubectl
@@ -208,7 +211,8 @@ def operator_namespaces(
     """A guarded and an unguarded namespace opted in for ``webhook`` (registered for
     every namespace labelled ``aibom.dev/enabled=true``), each with a :class:`Tenant`;
     one annotator for both (shipped ClusterRole, the webhook's provenance key),
-    leading; the played kubelet on both. Returns once the webhook stamps in both and
+    leading; the played kubelet on both unless kwok runs (``kubelet.pod_statuses``).
+    Returns once the webhook stamps in both and
     the guard refuses a forged reference in the guarded one (and not in the other).
     The guard itself must be applied (:func:`guard_applied`)."""
     guarded, unguarded = new_namespace(cp, f"{prefix}-g"), new_namespace(cp, f"{prefix}-u")
@@ -241,7 +245,7 @@ def operator_namespaces(
     ).start()  # fmt: skip
     try:
         annotator.wait_ready().wait_leading()
-        with Kubelet(cp, guarded, unguarded):
+        with pod_statuses(cp, guarded, unguarded):
             yield Spaces(cp, kubectl, guarded, unguarded, tenants, annotator)
     finally:
         if annotator.alive():
@@ -334,7 +338,7 @@ def wait_rolled_up(
     below = list(tracked)
     want_owned = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in below)
     want_pods = {p["metadata"]["name"] for p in pods}
-    digests = set().union(*(pod_digests(p) for p in pods))
+    digests = set().union(*(reported_digests(cp, p) for p in pods))
 
     def complete(doc: Obj) -> bool:
         text = json.dumps(doc)
@@ -378,7 +382,7 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     match, which is Kubernetes' own answer, not ours). Guarded: the guard refuses it,
     naming the owner. Unguarded: admitted (nothing else stops it), but stamped
     ``unproven`` naming the owner, listed as unproven in the root's document, and
-    its image digest, once the played kubelet reported it, not in the document."""
+    its image digest, once kwok (or the played kubelet) reported it, not in the document."""
     cp = spaces.cp
     name = f"forged-{owner['kind'].lower()}-{uuid.uuid4().hex[:5]}"
     image = f"registry.example/forger/{name}:1"
@@ -394,7 +398,7 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     pod = json.loads(result.stdout)
     assert stamp(pod).get("aibom.dev/rollup") == "unproven", stamp(pod)
     assert stamp(pod).get("aibom.dev/rollup-reason", "").endswith(target), stamp(pod)
-    (sha,) = pod_digests(pod)
+    (sha,) = reported_digests(cp, pod)
     path = self_path(pod)
     wait_for(f"the kubelet's report of {name}",
              lambda: sha in json.dumps((get(cp, path) or {}).get("status")), TIMEOUT)  # fmt: skip

@@ -19,13 +19,15 @@ RayCluster ``Ready`` state) see the same statuses a kubelet would write.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane
+from tests.controlplane.components import kwok
 from tests.integration.support import items
 
 
@@ -123,3 +125,30 @@ def _statuses(containers: Iterable[Obj], pod: str, state: Obj, *, ready: bool) -
         }
         for c in containers
     ]
+
+
+# -- kwok where it runs, this played kubelet elsewhere ----------------------------------
+
+
+def kwok_reports(cp: ControlPlane) -> bool:
+    """Pod statuses come from kwok's Stages: the ``kwok`` component runs (its module
+    names it), and kube-scheduler binds the Pods to its fake Nodes."""
+    return cp.component(kwok.Kwok.name) is not None
+
+
+def reported_digests(cp: ControlPlane, pod: Obj) -> set[str]:
+    """The digests reported for every container of ``pod``: by kwok's Stages where kwok
+    runs, else by the played kubelet."""
+    return kwok.pod_digests(pod) if kwok_reports(cp) else pod_digests(pod)
+
+
+@contextlib.contextmanager
+def pod_statuses(cp: ControlPlane, *namespaces: str) -> Iterator[Kubelet | None]:
+    """The Pods of ``namespaces`` get their statuses: from kwok where it runs (nothing to
+    do here: None), else from a played :class:`Kubelet` for the block (yielded, so that
+    the caller may check its ``errors``)."""
+    if kwok_reports(cp):
+        yield None
+        return
+    with Kubelet(cp, *namespaces) as kubelet:
+        yield kubelet

@@ -4,7 +4,8 @@ the documents' Pod evidence.
 
 The operators are components (tests/controlplane/components/), started by the
 ``components`` fixture; the webhook and the annotator are ours as shipped
-(tests/integration/support.py); the kubelet is played (kubelet.py).
+(tests/integration/support.py); Pod statuses come from kwok where the module runs
+it, else from the played kubelet (kubelet.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules, shared_dir
-from tests.integration.kubelet import Kubelet
+from tests.integration.kubelet import pod_statuses
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -170,7 +171,7 @@ def scene(
     """Opt `ns` in (the guard's label and the test annotator's), opted out of the
     guard unless `guarded`; once the webhook stamps there, run our annotator as
     `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped,
-    and the played kubelet."""
+    and Pod statuses (kwok's where it runs, else the played kubelet's)."""
     labels = ["aibom.dev/enabled=true", f"{LABEL_KEY}={ns}", *([] if guarded else [OPT_OUT])]
     kubectl("label", "namespace", ns, *labels, "--overwrite")
     wait_registered(kubectl, ns)
@@ -180,9 +181,9 @@ def scene(
     annotator = Annotator(kubeconfig, workdir, ns, identity=user, args=key).start()
     try:
         annotator.wait_ready().wait_leading()
-        with Kubelet(cp, ns) as kubelet:
+        with pod_statuses(cp, ns) as kubelet:
             yield Scene(cp, kubectl, ns, guarded, workdir)
-        assert not kubelet.errors, kubelet.errors
+        assert kubelet is None or not kubelet.errors, kubelet.errors
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()

@@ -31,7 +31,7 @@ from tests.controlplane.components.grove import (
     SERVICE_ACCOUNT,
 )
 from tests.controlplane.gobuild import ensure
-from tests.integration.kubelet import digest_of
+from tests.integration.kubelet import reported_digests
 from tests.integration.operators import (
     Scene,
     apply_all,
@@ -167,7 +167,8 @@ def test_both_shapes_roll_up_to_their_podcliqueset_with_every_pods_digest(s: Sce
     found = wait_documents(s, want)
     for name, doc in found.items():
         text = json.dumps(doc)
-        assert all(digest_of("nginx:latest", pod) in text for pod in want[name]), name
+        of_root = [p for p in pods if p["metadata"]["name"] in want[name]]
+        assert all(d in text for p in of_root for d in reported_digests(s.cp, p)), name
         props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
         assert props["aibom.provenance.guarded"] == str(s.guarded).lower(), name
     assert set(docs(s.cp, s.ns)) == set(want)  # nothing else got a document
