@@ -5,7 +5,9 @@ at fcc3b3bb, built by tests/controlplane/components/grove.py and started by the
 ``components`` fixture as ``grove-system/grove-operator`` with its release's
 ClusterRole, its webhooks on loopback) makes PodCliques, PodCliqueScalingGroups,
 PodGangs and Pods from Grove's own samples. Our webhook and annotator run as
-shipped; the kubelet is played (kubelet.py: Pod statuses with digests).
+shipped; kube-scheduler binds the Pods (Grove's ``default-scheduler`` profile)
+to kwok's fake Nodes once Grove lifts their scheduling gates, and kwok's Stages
+write their statuses with digests (tests/controlplane/components/kwok.py).
 
 The roll-up tests run twice: in a **guarded** namespace (the shipped
 ValidatingAdmissionPolicy bound there) and an **unguarded** one (opted out of
@@ -47,7 +49,7 @@ from tests.integration.operators import (
 )
 from tests.integration.support import docs, get, items, stamp
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("grove")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "grove")]
 
 GROVE = "/apis/grove.io/v1alpha1"
 #: Grove's samples (tests/upstream/grove/examples): one standalone PodClique, and
