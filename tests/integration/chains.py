@@ -21,10 +21,9 @@ helpers that:
 
 The pair of namespaces and one annotator for both (the shipped ClusterRole, the
 webhook's provenance key) come from :func:`operator_namespaces`; the guard from
-:func:`guard_applied`. Pod statuses come from kwok's Stages where the module runs
-the ``kwok`` component (the Pods scheduled onto its fake Nodes by kube-scheduler),
-else from the played kubelet (:mod:`tests.integration.kubelet`, whose
-``reported_digests`` says what either reports).
+:func:`guard_applied`. Pod statuses come from kwok's Stages: every module of these
+chains runs the ``kwok`` component (kube-scheduler binds the Pods to its fake
+Nodes; ``kwok.pod_digests`` says what its Stages report).
 """
 
 from __future__ import annotations
@@ -44,7 +43,8 @@ import pytest
 from aibom_core.kindnames import BUILTIN_KINDS
 from aibom_core.objects import Obj
 from tests.controlplane import Component, ControlPlane, Kubectl
-from tests.integration.kubelet import pod_statuses, reported_digests
+from tests.controlplane.components.kwok import pod_digests
+from tests.integration.kubelet import require_kwok
 from tests.integration.support import (
     LABEL_KEY,
     MANIFESTS,
@@ -211,10 +211,11 @@ def operator_namespaces(
     """A guarded and an unguarded namespace opted in for ``webhook`` (registered for
     every namespace labelled ``aibom.dev/enabled=true``), each with a :class:`Tenant`;
     one annotator for both (shipped ClusterRole, the webhook's provenance key),
-    leading; the played kubelet on both unless kwok runs (``kubelet.pod_statuses``).
+    leading; kwok (which the module must run) reports their Pods.
     Returns once the webhook stamps in both and
     the guard refuses a forged reference in the guarded one (and not in the other).
     The guard itself must be applied (:func:`guard_applied`)."""
+    require_kwok(cp)
     guarded, unguarded = new_namespace(cp, f"{prefix}-g"), new_namespace(cp, f"{prefix}-u")
     # One annotator selects both: they share the label value (the guarded one's name).
     enabled_namespace(kubectl, guarded, f"{LABEL_KEY}={guarded}")
@@ -245,8 +246,7 @@ def operator_namespaces(
     ).start()  # fmt: skip
     try:
         annotator.wait_ready().wait_leading()
-        with pod_statuses(cp, guarded, unguarded):
-            yield Spaces(cp, kubectl, guarded, unguarded, tenants, annotator)
+        yield Spaces(cp, kubectl, guarded, unguarded, tenants, annotator)
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()
@@ -338,7 +338,7 @@ def wait_rolled_up(
     below = list(tracked)
     want_owned = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in below)
     want_pods = {p["metadata"]["name"] for p in pods}
-    digests = set().union(*(reported_digests(cp, p) for p in pods))
+    digests = set().union(*(pod_digests(p) for p in pods))
 
     def complete(doc: Obj) -> bool:
         text = json.dumps(doc)
@@ -382,7 +382,7 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     match, which is Kubernetes' own answer, not ours). Guarded: the guard refuses it,
     naming the owner. Unguarded: admitted (nothing else stops it), but stamped
     ``unproven`` naming the owner, listed as unproven in the root's document, and
-    its image digest, once kwok (or the played kubelet) reported it, not in the document."""
+    its image digest, once kwok reported it, not in the document."""
     cp = spaces.cp
     name = f"forged-{owner['kind'].lower()}-{uuid.uuid4().hex[:5]}"
     image = f"registry.example/forger/{name}:1"
@@ -398,7 +398,7 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     pod = json.loads(result.stdout)
     assert stamp(pod).get("aibom.dev/rollup") == "unproven", stamp(pod)
     assert stamp(pod).get("aibom.dev/rollup-reason", "").endswith(target), stamp(pod)
-    (sha,) = reported_digests(cp, pod)
+    (sha,) = pod_digests(pod)
     path = self_path(pod)
     wait_for(f"the kubelet's report of {name}",
              lambda: sha in json.dumps((get(cp, path) or {}).get("status")), TIMEOUT)  # fmt: skip

@@ -54,8 +54,9 @@ For real operators' chains (``tests/integration/chains.py``):
 - ``provenance_guard`` (module): the shipped guard (``manifests/provenance``)
   applied for the module, removed after it.
 - ``spaces`` (function): a guarded and an unguarded opted-in namespace, a
-  Pod-only tenant in each, one annotator for both and the played kubelet
-  (``chains.operator_namespaces``); needs the module's ``webhook`` fixture.
+  Pod-only tenant in each and one annotator for both
+  (``chains.operator_namespaces``); needs the module's ``webhook`` fixture and
+  the ``kwok`` component (its Stages write the Pods' statuses).
 
 Helpers (waiting, objects, the webhook and annotator processes) are in
 ``tests/integration/support.py``.

@@ -4,8 +4,8 @@ the documents' Pod evidence.
 
 The operators are components (tests/controlplane/components/), started by the
 ``components`` fixture; the webhook and the annotator are ours as shipped
-(tests/integration/support.py); Pod statuses come from kwok where the module runs
-it, else from the played kubelet (kubelet.py).
+(tests/integration/support.py); Pod statuses come from kwok, which each such
+module runs (tests/controlplane/components/kwok.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules, shared_dir
-from tests.integration.kubelet import pod_statuses
+from tests.integration.kubelet import require_kwok
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -170,8 +170,9 @@ def scene(
 ) -> Iterator[Scene]:  # fmt: skip
     """Opt `ns` in (the guard's label and the test annotator's), opted out of the
     guard unless `guarded`; once the webhook stamps there, run our annotator as
-    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped,
-    and Pod statuses (kwok's where it runs, else the played kubelet's)."""
+    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped.
+    Pod statuses are kwok's: the module must run it."""
+    require_kwok(cp)
     labels = ["aibom.dev/enabled=true", f"{LABEL_KEY}={ns}", *([] if guarded else [OPT_OUT])]
     kubectl("label", "namespace", ns, *labels, "--overwrite")
     wait_registered(kubectl, ns)
@@ -181,9 +182,7 @@ def scene(
     annotator = Annotator(kubeconfig, workdir, ns, identity=user, args=key).start()
     try:
         annotator.wait_ready().wait_leading()
-        with pod_statuses(cp, ns) as kubelet:
-            yield Scene(cp, kubectl, ns, guarded, workdir)
-        assert kubelet is None or not kubelet.errors, kubelet.errors
+        yield Scene(cp, kubectl, ns, guarded, workdir)
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()

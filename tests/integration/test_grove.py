@@ -32,8 +32,8 @@ from tests.controlplane.components.grove import (
     NAMESPACE,
     SERVICE_ACCOUNT,
 )
+from tests.controlplane.components.kwok import pod_digests
 from tests.controlplane.gobuild import ensure
-from tests.integration.kubelet import reported_digests
 from tests.integration.operators import (
     Scene,
     apply_all,
@@ -170,7 +170,7 @@ def test_both_shapes_roll_up_to_their_podcliqueset_with_every_pods_digest(s: Sce
     for name, doc in found.items():
         text = json.dumps(doc)
         of_root = [p for p in pods if p["metadata"]["name"] in want[name]]
-        assert all(d in text for p in of_root for d in reported_digests(s.cp, p)), name
+        assert all(d in text for p in of_root for d in pod_digests(p)), name
         props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
         assert props["aibom.provenance.guarded"] == str(s.guarded).lower(), name
     assert set(docs(s.cp, s.ns)) == set(want)  # nothing else got a document
