@@ -3,8 +3,9 @@
 1. builds (first time, with progress) and starts etcd + kube-apiserver +
    kube-controller-manager and the real operators: the LeaderWorkerSet
    controller, Grove, Dynamo, KServe, the NIM operator and KubeRay
-   (tests/controlplane, `up --with lws,grove,dynamo,kserve,nim,kuberay`, each as
-   its own ServiceAccount with its release's RBAC), or reuses the running ones;
+   (tests/controlplane, `up --with kwok,lws,grove,dynamo,kserve,nim,kuberay`, each
+   as its own ServiceAccount with its release's RBAC), kube-scheduler and kwok's
+   fake Nodes, or reuses the running ones;
 2. generates certificates and runs the webhook and the annotator as local
    processes, with the webhook configuration pointed at 127.0.0.1;
 3. applies the bundled examples/ in the opted-in namespace `aibom-demo`;
@@ -12,8 +13,9 @@
    Grove, NIMService, InferenceService and RayService chains are made by their
    real operators, and Kubernetes' own controllers create ReplicaSets,
    StatefulSet Pods and Job Pods;
-5. sets Pod statuses as a kubelet would (there is no kubelet), so digests
-   resolve; that is all it does to Pods;
+5. waits for kube-scheduler to bind every Pod to a fake Node and for kwok's
+   Stages to report it running with its image digests (there is no kubelet:
+   kwok plays the Nodes' kubelets), so digests resolve; it writes nothing to Pods;
 6. prints the stamps as `kubectl get -o yaml` shows them, the roll-up tree
    (the offline `aibom-rollup tree` over a live `kubectl get -o json`), and
    the AIBOM ConfigMaps.
@@ -24,7 +26,6 @@ stops everything. A second run reuses them and takes seconds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -93,18 +94,19 @@ class Cluster:
 # -- 1. control plane ---------------------------------------------------------
 
 
-#: The real operators the demo runs (`up --with`): Dynamo requires Grove; KServe
-#: before the NIM operator, which watches InferenceServices only if their CRD is
-#: there when it starts (it requires lws); and the OCI registry (distribution) the
-#: annotator exports every signed version to.
-COMPONENTS = ("lws", "grove", "dynamo", "kserve", "nim", "kuberay", "registry")
+#: What the demo runs (`up --with`): kwok first (its fake Nodes; it requires
+#: kube-scheduler), so that every Pod is bound and reported as it comes; the real
+#: operators (Dynamo requires Grove; KServe before the NIM operator, which watches
+#: InferenceServices only if their CRD is there when it starts, and requires lws);
+#: and the OCI registry (distribution) the annotator exports every signed version to.
+COMPONENTS = ("kwok", "lws", "grove", "dynamo", "kserve", "nim", "kuberay", "registry")
 
 
 def control_plane() -> Cluster:
     step(
-        "control plane (etcd, kube-apiserver, kube-controller-manager) and the real"
-        " LeaderWorkerSet, Grove, Dynamo, KServe, NIM and KubeRay operators from"
-        " tests/controlplane (first run: builds them, with progress)"
+        "control plane (etcd, kube-apiserver, kube-controller-manager), kube-scheduler,"
+        " kwok's fake Nodes and the real LeaderWorkerSet, Grove, Dynamo, KServe, NIM and"
+        " KubeRay operators from tests/controlplane (first run: builds them, with progress)"
     )
     up = subprocess.run(
         [PY, "-m", "tests.controlplane", "up", "--with", ",".join(COMPONENTS),
@@ -225,7 +227,7 @@ def processes(cluster: Cluster) -> None:
     _wait_http(f"http://127.0.0.1:{HEALTH_PORT}/readyz", "the annotator")
 
 
-# -- 3-5. examples, operators, kubelet ------------------------------------------
+# -- 3-5. examples, operators, Pod statuses --------------------------------------
 
 
 def examples(cluster: Cluster) -> None:
@@ -258,7 +260,9 @@ CHAINS = (
      "the Grove operator"),
     ("played", "CronJob -> Job", "this script (kubectl create job --from; the cronjob"
      " controller is real but would wait for the schedule)"),
-    ("played", "Pod status (Running, imageID digests)", "this script, as a kubelet (no kubelet here)"),
+    ("real", "Pod -> Node, Pod status (Running, imageID digests)",
+     "kube-scheduler, and kwok v0.8.0's Stages on fake Nodes (kwok plays the kubelets:"
+     " no container runs)"),
 )  # fmt: skip
 
 
@@ -284,57 +288,44 @@ def operators(cluster: Cluster) -> None:
     )
 
 
-def _digest(image: str) -> str:
-    return "sha256:" + hashlib.sha256(f"demo/{image}".encode()).hexdigest()
+#: The Pods the examples and operators make (name prefixes), each reported by kwok.
+EXPECTED_PODS = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
+                 "vllm-disagg-0-frontend", "vllm-disagg-0-vllmdecodeworker",
+                 "vllm-disagg-0-vllmprefillworker", "prefill-0-prefill-0-pleader",
+                 "prefill-0-prefill-0-pworker", "meta-llama-3-2-1b-instruct",
+                 "nightly-eval-manual", "web", "debug-shell",
+                 "huggingface-llama2-predictor", "rayservice-sample"}  # fmt: skip
 
 
-def kubelet(cluster: Cluster, timeout: float = 90) -> None:
-    step("act as the kubelet: report Pods running, with the image digests they pulled")
-    expected = {"vllm-agg-frontend", "vllm-agg-vllmdecodeworker", "vllm-0", "vllm-0-1",
-                "vllm-disagg-0-frontend", "vllm-disagg-0-vllmdecodeworker",
-                "vllm-disagg-0-vllmprefillworker", "prefill-0-prefill-0-pleader",
-                "prefill-0-prefill-0-pworker", "meta-llama-3-2-1b-instruct",
-                "nightly-eval-manual", "web", "debug-shell",
-                "huggingface-llama2-predictor", "rayservice-sample"}  # fmt: skip
+def _reported(pod: Obj) -> bool:
+    """kwok's Stages reported the Pod: Running (or, a Job's, Succeeded), an imageID for
+    every container, init ones too."""
+    spec, status = pod["spec"], pod.get("status", {})
+    statuses = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
+    ids = {s["name"]: s.get("imageID") for s in statuses}
+    names = [c["name"] for c in [*spec.get("initContainers", []), *spec["containers"]]]
+    return status.get("phase") in {"Running", "Succeeded"} and all(ids.get(n) for n in names)
+
+
+def pod_statuses(cluster: Cluster, timeout: float = 120) -> None:
+    step("kube-scheduler binds the Pods to kwok's fake Nodes; kwok reports them running,"
+         " with the image digests they pulled")  # fmt: skip
     deadline = time.monotonic() + timeout
-    done: set[str] = set()
     while True:
         pods = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json"))["items"]
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            if name in done or pod.get("status", {}).get("phase") == "Running":
-                done.add(name)
-                continue
-
-            def statuses(key: str, state: Obj, ready: bool, pod: Obj = pod) -> list[Obj]:
-                return [
-                    {"name": c["name"], "image": c["image"],
-                     "imageID": f"{c['image'].split(':')[0]}@{_digest(c['image'])}",
-                     "ready": ready, "restartCount": 0, "started": ready, "state": state}
-                    for c in pod["spec"].get(key, [])
-                ]  # fmt: skip
-
-            done_ = {"terminated": {"exitCode": 0, "reason": "Completed"}}
-            running = {"running": {"startedAt": "2026-12-03T00:00:00Z"}}
-            patch = {"status": {
-                "phase": "Running",
-                "initContainerStatuses": statuses("initContainers", done_, ready=False),
-                "containerStatuses": statuses("containers", running, ready=True),
-                # KubeRay's RayCluster turns ready on these (its RayService status too).
-                "conditions": [{"type": "Ready", "status": "True"},
-                               {"type": "ContainersReady", "status": "True"}]}}  # fmt: skip
-            cluster.kubectl("patch", "pod", name, "-n", NS, "--subresource=status", "--type=merge",
-                            "-p", json.dumps(patch))  # fmt: skip
-            done.add(name)
-        prefixes = {p["metadata"]["name"].rsplit("-", 2)[0] for p in pods} | {
-            p["metadata"]["name"] for p in pods
-        }
-        missing = {e for e in expected if not any(n.startswith(e) for n in prefixes)}
-        if not missing and all(p["metadata"]["name"] in done for p in pods):
-            print(f"  {len(pods)} Pods running with digests")
+        names = {p["metadata"]["name"] for p in pods}
+        prefixes = {n.rsplit("-", 2)[0] for n in names} | names
+        missing = {e for e in EXPECTED_PODS if not any(n.startswith(e) for n in prefixes)}
+        waiting = [p for p in pods if not _reported(p)]
+        if not missing and not waiting:
+            nodes = sorted({p["spec"]["nodeName"] for p in pods})
+            print(f"  {len(pods)} Pods on {', '.join(nodes)}, every container's imageID"
+                  " reported by kwok")  # fmt: skip
             return
         if time.monotonic() > deadline:
-            raise SystemExit(f"Pods did not appear in time: {sorted(missing)}")
+            late = [f"{p['metadata']['name']} ({p.get('status', {}).get('phase')},"
+                    f" node {p['spec'].get('nodeName', '-')})" for p in waiting]  # fmt: skip
+            raise SystemExit(f"Pods not reported in time: missing {sorted(missing)}, {late}")
         time.sleep(1)
 
 
@@ -509,7 +500,7 @@ def main() -> int:
     processes(cluster)
     examples(cluster)
     operators(cluster)
-    kubelet(cluster)
+    pod_statuses(cluster)
     show(cluster)
     chains(cluster)
     plugin(cluster)

@@ -31,7 +31,7 @@ from tests.controlplane.gotools import TOOLS, ensure_tool
 
 
 def _description() -> str:
-    names = "\n".join(f"  {name:<12} {cls.summary}" for name, cls in sorted(REGISTRY.items()))
+    names = "\n".join(f"  {name:<14} {cls.summary}" for name, cls in sorted(REGISTRY.items()))
     tools = ", ".join(TOOLS)
     return f"""\
 A real Kubernetes {K8S_VERSION} control plane (etcd {ETCD_VERSION}, kube-apiserver,
@@ -53,7 +53,8 @@ components (--with a,b; each runs as its own ServiceAccount with its release's R
 {names}
 tools (build --all): {tools}
 
-There is no kubelet: Pods stay Pending unless a component plays the nodes.
+There is no kubelet: Pods stay Pending unless --with kwok (kube-scheduler binds them to
+kwok's fake Nodes, whose Stages report them Running with their image digests).
 Logs of each process: <state dir>/data/logs/.
 """
 
@@ -97,7 +98,7 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"kubectl:    {state['kubectl']}")
     print(f"logs:       {state['logs']}")
     for name, info in state.get("components", {}).items():
-        print(f"{name + ':':<12}{info['summary']} as {info['user'] or 'itself'}")
+        print(f"{name + ':':<16}{info['summary']} as {info['user'] or 'itself'}")
     print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
     print(f"stop:       cd {REPO_ROOT} && {sys.executable} -m tests.controlplane down")
 
@@ -143,9 +144,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_list(_: argparse.Namespace) -> int:
     for name, cls in sorted(REGISTRY.items()):
-        print(f"{name:<12} {cls.summary}")
+        print(f"{name:<14} {cls.summary}")
     for name, tool in TOOLS.items():
-        print(f"{name:<12} {name} {tool.version} (a tool: built, never started)")
+        print(f"{name:<14} {name} {tool.version} (a tool: built, never started)")
     return 0
 
 
@@ -266,7 +267,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cp.start()
         if not args.no_crds:
             print(f"installed CRDs: {', '.join(cp.install_crds())}", flush=True)
-        running = {name: cp.start_component(name) for name in args.with_}
+        for name in args.with_:
+            cp.start_component(name)
+        # What --with named, and what those require (kwok's kube-scheduler).
+        running = {name: c for name in cp.running_components if (c := cp.component(name))}
         state: dict[str, Any] = {
             "status": "ready",
             "pid": os.getpid(),

@@ -372,6 +372,12 @@ class ControlPlane:
         """The running component ``name``, or None."""
         return self._running.get(name)
 
+    @property
+    def running_components(self) -> tuple[str, ...]:
+        """The names of the running components, in the order they were started (each
+        after what it ``requires``)."""
+        return tuple(self._running)
+
     def stop_component(self, name: str) -> None:
         """Stop the component ``name`` (a no-op when it does not run)."""
         component = self._running.pop(name, None)

@@ -19,9 +19,11 @@ helpers that:
   reference is refused by the guard, or stamped ``unproven`` and left out of the
   root's document, its digest with it (:func:`assert_forgery_fails`).
 
-The pair of namespaces, one annotator for both (the shipped ClusterRole, the
-webhook's provenance key) and the played kubelet (:mod:`tests.integration.kubelet`)
-come from :func:`operator_namespaces`; the guard from :func:`guard_applied`.
+The pair of namespaces and one annotator for both (the shipped ClusterRole, the
+webhook's provenance key) come from :func:`operator_namespaces`; the guard from
+:func:`guard_applied`. Pod statuses come from kwok's Stages: every module of these
+chains runs the ``kwok`` component (kube-scheduler binds the Pods to its fake
+Nodes; ``kwok.pod_digests`` says what its Stages report).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ import pytest
 from aibom_core.kinds import BUILTIN_KINDS
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl
-from tests.integration.kubelet import Kubelet, pod_digests
+from tests.controlplane.components.kwok import pod_digests
+from tests.integration.kubelet import require_kwok
 from tests.integration.support import (
     LABEL_KEY,
     MANIFESTS,
@@ -183,7 +186,7 @@ class Tenant:
 
 @dataclass(frozen=True)
 class Spaces:
-    """Two opted-in namespaces, their tenants, the annotator and the played kubelet."""
+    """Two opted-in namespaces, their tenants and the annotator."""
 
     cp: ControlPlane
     kubectl: Kubectl
@@ -211,9 +214,11 @@ def operator_namespaces(
     """A guarded and an unguarded namespace opted in for ``webhook`` (registered for
     every namespace labelled ``aibom.dev/enabled=true``), each with a :class:`Tenant`;
     one annotator for both (shipped ClusterRole, the webhook's provenance key),
-    leading; the played kubelet on both. Returns once the webhook stamps in both and
+    leading; kwok (which the module must run) reports their Pods.
+    Returns once the webhook stamps in both and
     the guard refuses a forged reference in the guarded one (and not in the other).
     The guard itself must be applied (:func:`guard_applied`)."""
+    require_kwok(cp)
     guarded, unguarded = new_namespace(cp, f"{prefix}-g"), new_namespace(cp, f"{prefix}-u")
     # One annotator selects both: they share the label value (the guarded one's name).
     enabled_namespace(kubectl, guarded, f"{LABEL_KEY}={guarded}")
@@ -253,8 +258,7 @@ def operator_namespaces(
     ).start()  # fmt: skip
     try:
         annotator.wait_ready().wait_leading()
-        with Kubelet(cp, guarded, unguarded):
-            yield Spaces(cp, kubectl, guarded, unguarded, tenants, annotator)
+        yield Spaces(cp, kubectl, guarded, unguarded, tenants, annotator)
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()
@@ -385,7 +389,7 @@ def assert_forgery_fails(spaces: Spaces, ns: str, owner: Obj, root: Obj) -> None
     match, which is Kubernetes' own answer, not ours). Guarded: the guard refuses it,
     naming the owner. Unguarded: admitted (nothing else stops it), but stamped
     ``unproven`` naming the owner, listed as unproven in the root's document, and
-    its image digest, once the played kubelet reported it, not in the document."""
+    its image digest, once kwok reported it, not in the document."""
     cp = spaces.cp
     name = f"forged-{owner['kind'].lower()}-{uuid.uuid4().hex[:5]}"
     image = f"registry.example/forger/{name}:1"

@@ -23,7 +23,8 @@ per pytest session):
   components/: operators, engines, registries), started on ``control_plane``
   for the tests of that module as their own ServiceAccounts with their
   releases' RBAC, and stopped after it (their webhook configurations deleted)
-  so that other modules can play their children by hand. A mapping from name
+  so that other modules can play their children by hand (with what they
+  ``require``d: ``kwok`` starts ``kube-scheduler``). A mapping from name
   to the running :class:`tests.controlplane.Component`. Their builds are
   cached like the control plane's and made before the first test.
 
@@ -53,8 +54,9 @@ For real operators' chains (``tests/integration/chains.py``):
 - ``provenance_guard`` (module): the shipped guard (``manifests/provenance``)
   applied for the module, removed after it.
 - ``spaces`` (function): a guarded and an unguarded opted-in namespace, a
-  Pod-only tenant in each, one annotator for both and the played kubelet
-  (``chains.operator_namespaces``); needs the module's ``webhook`` fixture.
+  Pod-only tenant in each and one annotator for both
+  (``chains.operator_namespaces``); needs the module's ``webhook`` fixture and
+  the ``kwok`` component (its Stages write the Pods' statuses).
 
 Helpers (waiting, objects, the webhook and annotator processes) are in
 ``tests/integration/support.py``.
@@ -203,6 +205,7 @@ def components(
     control_plane: ControlPlane, request: pytest.FixtureRequest
 ) -> Iterator[dict[str, Component]]:
     names = [str(n) for mark in request.node.iter_markers("components") for n in mark.args]
+    before = set(control_plane.running_components)
     started: dict[str, Component] = {}
     try:
         for name in names:
@@ -212,8 +215,11 @@ def components(
                 pytest.fail(f"cannot start the component {name}: {exc}", pytrace=False)
         yield started
     finally:
-        for name in reversed(names):
-            control_plane.stop_component(name)
+        # What the module started, what they required included (kwok's kube-scheduler
+        # would otherwise go on binding the Pods of the next modules), last first.
+        for name in reversed(control_plane.running_components):
+            if name not in before:
+                control_plane.stop_component(name)
 
 
 @pytest.fixture(scope="module")

@@ -1,125 +1,79 @@
-"""A played kubelet: Pods reported Running and Ready, with each container's image digest.
+"""What the tests still play of a kubelet: a container status a test writes itself.
 
-There is no kubelet on the test control plane (no node runs anything), so Pods
-stay Pending and their statuses never name an ``imageID``, which is where the
-AIBOM's digests come from. :class:`Kubelet` writes what a kubelet would once the
-containers run, through ``pods/status`` (as admin), for every Pod of the
-namespaces it is given: phase Running, conditions Ready and ContainersReady,
-``containerStatuses`` running and ready, ``initContainerStatuses`` terminated
-with exit code 0 (init containers complete before the main ones start), each
-with ``imageID: <repository>@<digest_of(image, pod)>``. One digest per Pod and
-image, as if each node had pulled a moving tag at its own time, so a document
-shows which Pods' reports reached it. A Pod whose spec images change, or a new
-Pod, is reported again; nothing else about the Pods is touched.
+Pod statuses come from kwok (tests/controlplane/components/kwok.py): every module
+whose Pods real controllers and operators make names the ``kwok`` component
+(``test_kwok.py``, ``test_lws.py``, ``test_kuberay.py``, ``test_kserve_operator.py``,
+``test_nim_operator.py``, ``test_grove.py``, ``test_dynamo.py``, and ``make demo``):
+kube-scheduler binds the Pods to kwok's fake Nodes, and kwok's Stages write
+them Running and Ready with an ``imageID`` per container (``kwok.image_id``:
+one digest per image and Pod). :func:`require_kwok` says so where a helper relies
+on it (``chains.py``, ``operators.py``).
 
-It stands in until a real fake-node runtime (kwok) replaces it; operators whose
-readiness depends on Pod status (LeaderWorkerSet's rolling update, KubeRay's
-RayCluster ``Ready`` state) see the same statuses a kubelet would write.
+The one thing still played is :func:`set_digest`: a test writes, as admin
+through ``pods/status``, one container status with a digest it chooses. Used by
+``test_annotator.py``, ``test_annotator_restart.py``, ``test_export.py``,
+``test_kubectl_aibom.py``, ``test_kubectl_aibom_inventory.py``,
+``test_provenance.py`` and ``test_provenance_attacks.py``, for what kwok's Stages
+do not do:
+
+- **a digest the test picks, and changes under the same Pod and image**
+  (``test_annotator_restart.py`` reports a v2 digest for Pod ``c2-0`` while
+  the annotator is down: a node re-pulling a moving tag). kwok's Stages write a
+  Pod's status once (``pod-ready`` selects Pods not yet Ready), and their digest
+  is fixed by the image and the Pod's name; the tests name each digest by its
+  role (``digest("grove-worker")``, ``digest("old-generation")``) so that a
+  document shows which report reached it;
+- **a container that is not running** (``waiting: ContainerCreating``, not
+  ready, as a kubelet reports while it pulls): the release's "fast" Stages go
+  straight to Running;
+- Pods made by hand (bare, or under hand-played owners) in modules that run no
+  scheduler and no kwok: they test the annotator's rules on chains the real
+  operators never make (stale owners, forged shapes, late adoption), where the
+  digest is the test's input, not the point.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-import time
-from collections.abc import Iterable
+import pytest
 
-from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane
-from tests.integration.support import items
+from tests.controlplane.components import kwok
 
 
-def digest_of(image: str, pod: str) -> str:
-    """The digest the played kubelet reports for `image` in Pod `pod`."""
-    return "sha256:" + hashlib.sha256(f"kubelet/{image}/{pod}".encode()).hexdigest()
-
-
-def image_id(image: str, pod: str) -> str:
-    """``imageID`` as a kubelet writes it: the repository (no tag) and the digest."""
-    return f"{image.rsplit(':', 1)[0]}@{digest_of(image, pod)}"
-
-
-def pod_digests(pod: Obj) -> set[str]:
-    """What the played kubelet reports for every container (init ones too) of `pod`."""
-    spec, name = pod["spec"], pod["metadata"]["name"]
-    containers = [*spec.get("initContainers", []), *spec["containers"]]
-    return {digest_of(c["image"], name) for c in containers}
-
-
-class Kubelet:
-    """Reports every Pod of `namespaces` Running and Ready with its images' digests."""
-
-    def __init__(self, cp: ControlPlane, *namespaces: str) -> None:
-        self.cp, self.namespaces = cp, namespaces
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.errors: list[str] = []
-
-    def __enter__(self) -> Kubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        reported: dict[str, tuple[str, ...]] = {}
-        while not self._stop.wait(0.3):
-            for ns in self.namespaces:
-                try:
-                    for pod in items(self.cp, f"/api/v1/namespaces/{ns}/pods"):
-                        self._report(ns, pod, reported)
-                except (OSError, AssertionError) as exc:  # transient; keep going
-                    self.errors.append(repr(exc))
-
-    def _report(self, ns: str, pod: Obj, reported: dict[str, tuple[str, ...]]) -> None:
-        meta, spec = pod["metadata"], pod["spec"]
-        if meta.get("deletionTimestamp"):
-            return
-        images = tuple(c["image"] for c in [*spec.get("initContainers", []), *spec["containers"]])
-        if reported.get(meta["uid"]) == images:
-            return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        patch = {
-            "status": {
-                "phase": "Running",
-                "podIP": "10.1.0.1",
-                "conditions": [
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-                ],
-                "initContainerStatuses": _statuses(
-                    spec.get("initContainers", []), meta["name"],
-                    {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}},
-                    ready=False,
-                ),
-                "containerStatuses": _statuses(
-                    spec["containers"], meta["name"], {"running": {"startedAt": now}}, ready=True
-                ),
-            }
-        }  # fmt: skip
-        resp = self.cp.request(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/{meta['name']}/status",
-            patch,
-            content_type="application/merge-patch+json",
+def require_kwok(cp: ControlPlane) -> None:
+    """Fail unless kwok runs: the Pods' statuses are its Stages' (the module must name
+    ``kwok`` in ``pytest.mark.components``)."""
+    if cp.component(kwok.Kwok.name) is None:
+        pytest.fail(
+            "Pod statuses come from kwok: name it in the module's"
+            ' pytest.mark.components("kwok", ...)',
+            pytrace=False,
         )
-        if resp.ok:
-            reported[meta["uid"]] = images
 
 
-def _statuses(containers: Iterable[Obj], pod: str, state: Obj, *, ready: bool) -> list[Obj]:
-    return [
-        {
-            "name": c["name"],
-            "image": c["image"],
-            "imageID": image_id(c["image"], pod),
-            "ready": ready,
-            "started": ready,
-            "restartCount": 0,
-            "state": state,
+def set_digest(cp: ControlPlane, ns: str, name: str, image: str, sha: str) -> None:
+    """What a kubelet writes while it starts the container ``main`` of Pod ``name``: its
+    image and ``imageID`` (``<repository>@<sha>``, the digest the test chose), not yet
+    running."""
+    repo = image.rsplit(":", 1)[0]
+    status = {
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imageID": f"{repo}@{sha}",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ]
         }
-        for c in containers
-    ]
+    }
+    resp = cp.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/{name}/status",
+        status,
+        content_type="application/merge-patch+json",
+    )
+    assert resp.ok, resp.body[:500]

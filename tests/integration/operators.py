@@ -4,7 +4,8 @@ the documents' Pod evidence.
 
 The operators are components (tests/controlplane/components/), started by the
 ``components`` fixture; the webhook and the annotator are ours as shipped
-(tests/integration/support.py); the kubelet is played (kubelet.py).
+(tests/integration/support.py); Pod statuses come from kwok, which each such
+module runs (tests/controlplane/components/kwok.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules, shared_dir
-from tests.integration.kubelet import Kubelet
+from tests.integration.kubelet import require_kwok
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -185,8 +186,9 @@ def scene(
 ) -> Iterator[Scene]:  # fmt: skip
     """Opt `ns` in (the guard's label and the test annotator's), opted out of the
     guard unless `guarded`; once the webhook stamps there, run our annotator as
-    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped,
-    and the played kubelet."""
+    `user` (the shipped ClusterRole) with the webhook's provenance key, as shipped.
+    Pod statuses are kwok's: the module must run it."""
+    require_kwok(cp)
     labels = ["aibom.dev/enabled=true", f"{LABEL_KEY}={ns}", *([] if guarded else [OPT_OUT])]
     kubectl("label", "namespace", ns, *labels, "--overwrite")
     wait_registered(kubectl, ns)
@@ -198,9 +200,7 @@ def scene(
     annotator = Annotator(kubeconfig, workdir, ns, identity=user, args=key).start()
     try:
         annotator.wait_ready().wait_leading()
-        with Kubelet(cp, ns) as kubelet:
-            yield Scene(cp, kubectl, ns, guarded, workdir)
-        assert not kubelet.errors, kubelet.errors
+        yield Scene(cp, kubectl, ns, guarded, workdir)
     finally:
         if annotator.alive():
             assert annotator.stop() == 0, annotator.tail()

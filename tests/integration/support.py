@@ -344,32 +344,6 @@ def crd(group: str, kind: str, plural: str) -> Obj:
     }
 
 
-def set_digest(cp: ControlPlane, ns: str, name: str, image: str, sha: str) -> None:
-    """What a kubelet writes once the container runs: its image and imageID."""
-    repo = image.rsplit(":", 1)[0]
-    status = {
-        "status": {
-            "containerStatuses": [
-                {
-                    "name": "main",
-                    "image": image,
-                    "imageID": f"{repo}@{sha}",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {"waiting": {"reason": "ContainerCreating"}},
-                }
-            ]
-        }
-    }
-    resp = cp.request(
-        "PATCH",
-        f"/api/v1/namespaces/{ns}/pods/{name}/status",
-        status,
-        content_type="application/merge-patch+json",
-    )
-    assert resp.ok, resp.body[:500]
-
-
 def get(cp: ControlPlane, path: str) -> Obj | None:
     resp = cp.request("GET", path)
     if resp.status == 404:

@@ -28,6 +28,7 @@ import yaml
 from aibom_core.document import MANAGED_BY, MANAGED_BY_LABEL, unpack
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -54,7 +55,6 @@ from tests.integration.support import (
     pod,
     pod_spec,
     running_webhook,
-    set_digest,
     settle,
     statefulset,
     wait_doc,

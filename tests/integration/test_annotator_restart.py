@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.controlplane import ControlPlane, Kubectl
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     Annotator,
     StartAnnotator,
@@ -21,7 +22,6 @@ from tests.integration.support import (
     digest,
     docs,
     pod,
-    set_digest,
     wait_doc,
     wait_for,
 )

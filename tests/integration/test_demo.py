@@ -62,6 +62,9 @@ DEMO_OUTPUT = (
     "[real  ] NIMService -> Deployment",
     "[real  ] InferenceService -> Deployment",
     "[real  ] RayService -> RayCluster",
+    # Pod statuses and their digests: kube-scheduler and kwok's Stages, not the script.
+    "[real  ] Pod -> Node, Pod status (Running, imageID digests)",
+    "every container's imageID reported by kwok",
     # Signed by default, exported to the local registry, its history shown.
     "==> kubectl aibom history dgd/vllm-agg -n aibom-demo",
     "history of DynamoGraphDeployment/vllm-agg (namespace aibom-demo)",

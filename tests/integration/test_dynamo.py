@@ -13,7 +13,9 @@ loopback) turns Dynamo's own sample graph (``vllm-v1alpha1-disagg.yaml``) into
   DynamoGraphDeployment -> DynamoComponentDeployment -> Deployment, then the
   real kube-controller-manager's ReplicaSet -> Pod.
 
-Our webhook and annotator run as shipped; the kubelet is played (kubelet.py).
+Our webhook and annotator run as shipped; kube-scheduler binds the Pods to kwok's
+fake Nodes and kwok's Stages write their statuses with digests
+(tests/controlplane/components/kwok.py).
 Roll-up and forgery run in a guarded and in an unguarded namespace
 (test_grove.py says what each means).
 """
@@ -53,7 +55,7 @@ from tests.integration.operators import (
 )
 from tests.integration.support import docs, get, items, owned, stamp
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("dynamo")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "dynamo")]
 
 SAMPLE = "dynamo/examples/vllm-v1alpha1-disagg.yaml"
 SERVICES = ("Frontend", "VllmDecodeWorker", "VllmPrefillWorker")

@@ -33,6 +33,7 @@ from aibom_edge.oci_client import Client
 from annotator.export import BACKLOG_SELECTOR, now_rfc3339
 from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, child_env
 from tests.controlplane.components.registry import Registry
+from tests.integration.kubelet import set_digest
 from tests.integration.registryproxy import RegistryProxy
 from tests.integration.support import (
     RBAC,
@@ -42,7 +43,6 @@ from tests.integration.support import (
     deployment,
     docs,
     items,
-    set_digest,
     token_kubeconfig,
     wait_for,
 )

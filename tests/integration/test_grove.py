@@ -5,7 +5,9 @@ at fcc3b3bb, built by tests/controlplane/components/grove.py and started by the
 ``components`` fixture as ``grove-system/grove-operator`` with its release's
 ClusterRole, its webhooks on loopback) makes PodCliques, PodCliqueScalingGroups,
 PodGangs and Pods from Grove's own samples. Our webhook and annotator run as
-shipped; the kubelet is played (kubelet.py: Pod statuses with digests).
+shipped; kube-scheduler binds the Pods (Grove's ``default-scheduler`` profile)
+to kwok's fake Nodes once Grove lifts their scheduling gates, and kwok's Stages
+write their statuses with digests (tests/controlplane/components/kwok.py).
 
 The roll-up tests run twice: in a **guarded** namespace (the shipped
 ValidatingAdmissionPolicy bound there) and an **unguarded** one (opted out of
@@ -30,8 +32,8 @@ from tests.controlplane.components.grove import (
     NAMESPACE,
     SERVICE_ACCOUNT,
 )
+from tests.controlplane.components.kwok import pod_digests
 from tests.controlplane.gobuild import ensure
-from tests.integration.kubelet import digest_of
 from tests.integration.operators import (
     Scene,
     apply_all,
@@ -47,7 +49,7 @@ from tests.integration.operators import (
 )
 from tests.integration.support import docs, get, items, stamp
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("grove")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "grove")]
 
 GROVE = "/apis/grove.io/v1alpha1"
 #: Grove's samples (tests/upstream/grove/examples): one standalone PodClique, and
@@ -167,7 +169,8 @@ def test_both_shapes_roll_up_to_their_podcliqueset_with_every_pods_digest(s: Sce
     found = wait_documents(s, want)
     for name, doc in found.items():
         text = json.dumps(doc)
-        assert all(digest_of("nginx:latest", pod) in text for pod in want[name]), name
+        of_root = [p for p in pods if p["metadata"]["name"] in want[name]]
+        assert all(d in text for p in of_root for d in pod_digests(p)), name
         props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
         assert props["aibom.provenance.guarded"] == str(s.guarded).lower(), name
     assert set(docs(s.cp, s.ns)) == set(want)  # nothing else got a document

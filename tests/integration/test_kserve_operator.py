@@ -1,6 +1,6 @@
 """The real KServe controller manager in the loop (v0.20.0, Standard mode).
 
-Nothing of the chain is played but the kubelet: KServe's controller (built by
+Nothing of the chain is played: KServe's controller (built by
 tests/controlplane/components/kserve.py from upstream's module, running as its
 ServiceAccount ``kserve/kserve-controller-manager`` with its release's
 ClusterRole ``kserve-manager-role``, its six webhook configurations served on
@@ -12,8 +12,10 @@ ReplicaSet and the Pod; KServe's own Pod webhook injects the
 ``storage-initializer`` init container for the ``hf://`` storageUri. Our webhook
 and annotator (shipped ClusterRoles) stamp and document the chain in a guarded
 and an unguarded namespace (tests/integration/chains.py), and a Pod-only tenant
-cannot forge its way into it. The played kubelet (tests/integration/kubelet.py)
-reports the Pods' digests, init containers included.
+cannot forge its way into it. kube-scheduler binds the Pods to kwok's fake
+Nodes (a GPU node's resources: the sample asks for an ``nvidia.com/gpu``) and
+kwok's Stages report them Running with their digests, init containers included
+(tests/controlplane/components/kwok.py).
 
 The real shape, read from ``pkg/controller/v1beta1/inferenceservice``
 (``components/predictor.go``, ``reconcilers/deployment``) and seen here:
@@ -46,7 +48,7 @@ from tests.integration.chains import (
 )
 from tests.integration.support import StartWebhook, Webhook, apply, get
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("kserve")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "kserve")]
 
 API = "/apis/serving.kserve.io/v1beta1"
 #: KServe's sample (the same blob, f358fbaa, at v0.15.2 and v0.20.0).

@@ -25,6 +25,7 @@ import yaml
 from aibom_core.kinds import default_registry
 from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl, bind_rules, child_env
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -34,7 +35,6 @@ from tests.integration.support import (
     grant_annotator,
     grant_lease,
     new_namespace,
-    set_digest,
     wait_for,
 )
 

@@ -29,6 +29,7 @@ import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import ControlPlane, Kubectl, child_env
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -36,7 +37,6 @@ from tests.integration.support import (
     grant_annotator,
     grant_lease,
     new_namespace,
-    set_digest,
     wait_for,
     workload,
 )

@@ -1,6 +1,6 @@
 """The real KubeRay operator in the loop (github.com/ray-project/kuberay/ray-operator v1.5.0).
 
-Nothing of the chains is played but the kubelet: the operator (built by
+Nothing of the chains is played: the operator (built by
 tests/controlplane/components/kuberay.py from the Go module proxy, running as
 its ServiceAccount ``default/kuberay-operator`` with its release's ClusterRole
 ``kuberay-operator``; its release registers no webhooks) turns KubeRay's own
@@ -9,10 +9,12 @@ samples, ``config/samples/ray-service.sample.yaml`` and
 RayJob's submitter Job; kube-controller-manager makes the submitter's Pod. Our
 webhook and annotator (shipped ClusterRoles) stamp and document the chains in a
 guarded and an unguarded namespace (tests/integration/chains.py), and a
-Pod-only tenant cannot forge its way into them. The played kubelet
-(tests/integration/kubelet.py) reports the Pods Running and Ready with their
-digests: the RayJob's operator waits for its RayCluster's ``ready`` state,
-which KubeRay derives from those statuses, before it makes the submitter Job.
+Pod-only tenant cannot forge its way into them. kube-scheduler binds the Pods
+to kwok's fake Nodes and kwok's Stages report them Running and Ready with their
+digests (tests/controlplane/components/kwok.py; the submitter's Pod, a Job's,
+then Succeeded): the RayJob's operator waits for its RayCluster's ``ready``
+state, which KubeRay derives from those statuses, before it makes the submitter
+Job.
 
 The real shapes, read from ``controllers/ray`` (``rayservice_controller.go``
 ``constructRayClusterForRayService``, ``rayjob_controller.go``
@@ -50,7 +52,7 @@ from tests.integration.chains import (
 )
 from tests.integration.support import StartWebhook, Webhook, apply
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("kuberay")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "kuberay")]
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,14 @@ ClusterRole) creates the leader StatefulSet, the headless Service and, for
 each leader Pod, the worker StatefulSet owned by that Pod; the real
 kube-controller-manager creates the Pods and garbage-collects. Our webhook
 (its shipped ClusterRole, its configuration) stamps them, and our annotator
-(its shipped ClusterRole) writes the documents. The only stand-in is the
-kubelet (tests/integration/kubelet.py): a thread writes each Pod's status
+(its shipped ClusterRole) writes the documents. Nothing is played: kube-scheduler
+binds the Pods to kwok's fake Nodes and kwok (its own ServiceAccount, its
+release's Stages; tests/controlplane/components/kwok.py) writes each Pod's status
 (Running, Ready, and an imageID whose digest is derived from the image and the
-Pod's name) through pods/status, as a kubelet would once the container runs.
-One digest per Pod and image: a digest names at most 3 Pods in a document
-(MAX_POD_EVIDENCE), so with one digest per image the document could not show
-that every Pod's report reached it.
+Pod's name), as a kubelet does once the container runs. One digest per Pod and
+image: a digest names at most 3 Pods in a document (MAX_POD_EVIDENCE), so with
+one digest per image the document could not show that every Pod's report
+reached it.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ import pytest
 
 from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, Component, ControlPlane, Kubectl, bind_rules
+from tests.controlplane.components.kwok import Kwok, digest_of
 from tests.controlplane.components.lws import NAMESPACE as LWS_NAMESPACE
 from tests.controlplane.components.lws import SERVICE_ACCOUNT as LWS_SERVICE_ACCOUNT
 from tests.controlplane.components.lws import VERSION as LWS_VERSION
 from tests.controlplane.components.lws import Lws
-from tests.integration.kubelet import Kubelet, digest_of
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -51,7 +52,7 @@ from tests.integration.support import (
     wait_registered,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.components("lws")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "lws")]
 
 LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
 LEADER_IMAGE = "registry.example/lws/leader"
@@ -119,7 +120,7 @@ def wait_pods(cp: ControlPlane, ns: str, want: set[str]) -> list[Obj]:
 
 
 def expected_digests(name: str, pod_names: set[str], tag: str) -> set[str]:
-    """What the kubelet stand-in reports for these Pods of LWS `name` at image `tag`."""
+    """What kwok's Stages report for these Pods of LWS `name` at image `tag`."""
     out = set()
     for pod in pod_names:
         leader = pod.removeprefix(f"{name}-").count("-") == 0  # <name>-<g>, not <name>-<g>-<i>
@@ -229,10 +230,12 @@ def annotator(
             assert a.stop() == 0, a.tail()
 
 
-@pytest.fixture
-def kubelet(control_plane: ControlPlane, ns: str) -> Iterator[Kubelet]:
-    with Kubelet(control_plane, ns) as k:
-        yield k
+@pytest.fixture(scope="module")
+def kwok(components: dict[str, Component]) -> Kwok:
+    """kwok's fake Nodes (kube-scheduler binds the Pods to them), running for this module."""
+    nodes = components["kwok"]
+    assert isinstance(nodes, Kwok)
+    return nodes
 
 
 # -- the controller itself ---------------------------------------------------------------
@@ -309,7 +312,7 @@ def test_real_controller_builds_the_lws_shape(
 
 
 def test_size_4_replicas_2_every_pod_rolled_up_into_one_document(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kubelet: Kubelet
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kwok: Kwok
 ) -> None:
     apply(kubectl, leaderworkerset(ns, "llm", replicas=2, size=4))
     want = group_pods("llm", 2, 4)
@@ -327,7 +330,7 @@ def test_size_4_replicas_2_every_pod_rolled_up_into_one_document(
 
 
 def test_scale_up_and_down_follows_the_groups(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kubelet: Kubelet
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kwok: Kwok
 ) -> None:
     apply(kubectl, leaderworkerset(ns, "s", replicas=1, size=2))
     wait_document(control_plane, ns, "s", covers(group_pods("s", 1, 2), {"s", "s-0"}), "1 group")
@@ -348,7 +351,7 @@ def test_scale_up_and_down_follows_the_groups(
     wait_for("only the LWS's document", lambda: set(docs(control_plane, ns)) == {doc_name("s")})
 
 
-@pytest.mark.usefixtures("annotator", "kubelet")
+@pytest.mark.usefixtures("annotator", "kwok")
 @pytest.mark.parametrize("cascade", ["background", "foreground"])
 def test_deleting_the_lws_removes_its_document_and_leaves_no_orphan(
     control_plane: ControlPlane, kubectl: Kubectl, ns: str, cascade: str
@@ -381,7 +384,7 @@ def test_deleting_the_lws_removes_its_document_and_leaves_no_orphan(
 
 
 def test_rolling_update_moves_the_document_to_the_new_digests(
-    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kubelet: Kubelet
+    control_plane: ControlPlane, kubectl: Kubectl, ns: str, annotator: Annotator, kwok: Kwok
 ) -> None:
     want = group_pods("roll", 2, 3)
     old, new = expected_digests("roll", want, "1"), expected_digests("roll", want, "2")
@@ -414,7 +417,7 @@ def test_rolling_update_moves_the_document_to_the_new_digests(
         st = cur.get("status", {})
         return bool(st.get("updatedReplicas") == 2 and st.get("readyReplicas") == 2)
 
-    # The controller itself saw the update through (our kubelet stand-in made it possible).
+    # The controller itself saw the update through (kwok's Pod statuses made it possible).
     wait_for("the LWS's status: 2 updated, 2 ready", updated, TIMEOUT, 0.5)
 
 

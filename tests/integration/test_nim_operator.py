@@ -1,6 +1,6 @@
 """The real NIM operator in the loop, on a Deployment, a LeaderWorkerSet and KServe.
 
-Nothing of the chains is played but the kubelet: the NIM operator (built by
+Nothing of the chains is played: the NIM operator (built by
 tests/controlplane/components/nim.py from its source tree and vendor/ with one
 small patch, running as its ServiceAccount
 ``k8s-nim-operator-system/k8s-nim-operator-controller-manager`` with its
@@ -11,7 +11,10 @@ controller and KServe controller manager (their components, as their own
 ServiceAccounts) and kube-controller-manager make the rest. Our webhook and
 annotator (shipped ClusterRoles) stamp and document the chains in a guarded
 and an unguarded namespace (tests/integration/chains.py), and a Pod-only
-tenant cannot forge its way into them.
+tenant cannot forge its way into them. kube-scheduler binds the Pods to kwok's
+fake Nodes and kwok's Stages write their statuses and digests
+(tests/controlplane/components/kwok.py); no container runs, so a Pod's log
+stays out of reach (below).
 
 Changes to the samples, each for a reason this control plane imposes:
 
@@ -61,7 +64,7 @@ from tests.integration.support import StartWebhook, Webhook, apply, get
 
 # KServe first: the NIM operator watches InferenceServices only if their CRD is
 # there when it starts, and then uses KServe's own (nim requires lws).
-pytestmark = [pytest.mark.integration, pytest.mark.components("kserve", "nim")]
+pytestmark = [pytest.mark.integration, pytest.mark.components("kwok", "kserve", "nim")]
 
 EMPTY_DIR = {"emptyDir": {"sizeLimit": "10Gi"}}
 

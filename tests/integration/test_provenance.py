@@ -32,6 +32,7 @@ from aibom_core.provenance import ProofTrust, parse_key
 from aibom_core.stamp import Keys
 from tests.controlplane import ControlPlane, Kubectl, bind_rules
 from tests.integration import support
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -46,7 +47,6 @@ from tests.integration.support import (
     grant_lease,
     kubectl_apply,
     kubectl_get,
-    set_digest,
     stamp,
     template,
     token_kubeconfig,

@@ -36,6 +36,7 @@ from aibom_core.objects import Obj
 from tests.controlplane import REPO_ROOT, ClientIdentity, ControlPlane, Kubectl, bind_rules
 from tests.controlplane import child_env as control_plane_env
 from tests.integration import support
+from tests.integration.kubelet import set_digest
 from tests.integration.support import (
     LABEL_KEY,
     Annotator,
@@ -50,7 +51,6 @@ from tests.integration.support import (
     grant_annotator,
     grant_lease,
     kubectl_get,
-    set_digest,
     stamp,
     wait_for,
     wait_registered,

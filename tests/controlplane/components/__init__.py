@@ -12,10 +12,12 @@ from tests.controlplane.components import (
     grove,
     kserve,
     kuberay,
+    kwok,
     kyverno,
     lws,
     nim,
     registry,
+    scheduler,
 )
 
 __all__ = [
@@ -24,8 +26,10 @@ __all__ = [
     "grove",
     "kserve",
     "kuberay",
+    "kwok",
     "kyverno",
     "lws",
     "nim",
     "registry",
+    "scheduler",
 ]
