@@ -48,6 +48,7 @@ from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
+from annotator.notices import Notices
 from annotator.plan import (
     DocRef,
     Outcome,
@@ -57,7 +58,7 @@ from annotator.plan import (
     plan_sweep,
     sources_salt,
 )
-from annotator.signing import KEY_RECHECK, Signing, publish
+from annotator.signing import Signer, Signing
 from annotator.slim import keeps_metadata_only, schema_of, slimmer
 from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
@@ -130,7 +131,7 @@ class Controller:
         election: ElectionConfig | None,
         metrics: Metrics | None = None,
     ) -> None:
-        self.kube = kube
+        self._kube = kube
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.metrics.watch_requests(lambda: dict(kube.requests))
@@ -158,7 +159,7 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self.synced = asyncio.Event()
-        self._logged: set[tuple[str, ...]] = set()
+        self.notices = Notices()
         self._events_sent: set[tuple[str, str]] = set()
         self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
@@ -178,10 +179,14 @@ class Controller:
         self._leading = election is None
         # The last verdict on each root (current-state gauges; the leader's view).
         self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
-        self._key_published = asyncio.Lock()
-        self._published_kid: str | None = None
         self._resync_task: asyncio.Task[None] | None = None
-        self.signing = settings.signing  # replaced when the key file changes
+        self.signer = Signer(
+            kube,
+            settings.signing,
+            is_leader=self.is_leader,
+            notices=self.notices,
+            on_rotated=self.full_resync,
+        )
         self.exporter = (
             Exporter(
                 kube,
@@ -193,6 +198,15 @@ class Controller:
             if settings.export is not None
             else None
         )
+
+    @property
+    def kube(self) -> Kube:
+        return self._kube
+
+    @kube.setter
+    def kube(self, kube: Kube) -> None:
+        """One API client for every part: replacing it replaces it everywhere."""
+        self._kube = self.signer.kube = kube
 
     def _doc_queue(self) -> WorkQueue[DocKey]:
         return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
@@ -276,7 +290,7 @@ class Controller:
             )
         self.metrics.watch_healthy.labels(group, gk.kind).set(1 if informer.healthy else 0)
         if informer.state is InformerState.FORBIDDEN:
-            self._once(
+            self.notices.once(
                 ("forbidden", str(gk)),
                 "cannot list a kind: walks through it end as unresolved (Forbidden)",
                 kind=str(gk),
@@ -289,7 +303,7 @@ class Controller:
             dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
             self._dirty(dirty)
         elif informer.degraded:
-            self._once(
+            self.notices.once(
                 ("degraded", str(gk)),
                 "kind cannot be listed; walks through it end unresolved (Timeout) until it can",
                 kind=str(gk),
@@ -297,8 +311,8 @@ class Controller:
             )
             self._dirty(self.state.set_unavailable(gk, Reason.TIMEOUT))
         elif informer.state is InformerState.WATCHING:
-            self._logged.discard(("forbidden", str(gk)))
-            self._logged.discard(("degraded", str(gk)))
+            self.notices.clear(("forbidden", str(gk)))
+            self.notices.clear(("degraded", str(gk)))
             self._dirty(self.state.set_unavailable(gk, None))
         self._check_synced()
 
@@ -438,7 +452,7 @@ class Controller:
                 "validatingadmissionpolicies", POLICY_NAME, timeout=10
             )
         except (KubeError, TimeoutError) as exc:
-            self._once(
+            self.notices.once(
                 ("guard-binding",),
                 "cannot read the provenance guard's policy and binding: no namespace counts "
                 "as guarded",
@@ -466,7 +480,7 @@ class Controller:
         disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]
         self.metrics.guard_disabled.set(len(disabled))
         for ns in disabled:
-            self._once(
+            self.notices.once(
                 ("guard-disabled", ns),
                 "opted-in namespace has the provenance guard disabled: nothing refuses a "
                 "forged ownerReference there at admission",
@@ -503,7 +517,9 @@ class Controller:
             if resource is None:
                 if gk not in self._unserved:
                     self._unserved.add(gk)
-                    self._once(("unserved", str(gk)), "kind not served; not watched", kind=str(gk))
+                    self.notices.once(
+                        ("unserved", str(gk)), "kind not served; not watched", kind=str(gk)
+                    )
                     self.informers.pop(gk, None)
                     dirty = (
                         self.state.drop_kind(gk) if gk not in (NAMESPACE, CONFIGMAP) else Dirty()
@@ -514,7 +530,7 @@ class Controller:
                 continue
             if gk in self._unserved:
                 self._unserved.discard(gk)
-                self._logged.discard(("unserved", str(gk)))
+                self.notices.clear(("unserved", str(gk)))
                 log.info("kind now served; starting its informer", extra={"kind": str(gk)})
             self._start_informer(gk, resource)
         self._check_synced()
@@ -609,8 +625,8 @@ class Controller:
         await self.supervise_once()
         self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
-        if self.signing is not None and self.signing.path:
-            self._tasks.append(asyncio.create_task(self._watch_signing_key(), name="signing-key"))
+        if self.signer.signing is not None and self.signer.signing.path:
+            self._tasks.append(asyncio.create_task(self.signer.watch(), name="signing-key"))
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="elector"))
         else:
@@ -703,7 +719,7 @@ class Controller:
             key,
             generator=self.settings.generator,
             tool_version=self.settings.tool_version,
-            signed_by=self._signed_by(),
+            signed_by=self.signer.signed_by(),
             salt=self.settings.sources_salt,
         )
         self._count(plan)
@@ -746,7 +762,7 @@ class Controller:
             self.verdicts.pop(plan.key, None)
         if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
             failure = plan.failure
-            self._once(
+            self.notices.once(
                 ("unresolved", failure.group, failure.kind, failure.reason.value),
                 "owner walk failed; the workload is reported as its own root",
                 kind=str(GroupKind(failure.group, failure.kind)),
@@ -759,10 +775,10 @@ class Controller:
         document = render(
             plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
         )
-        signing = self.signing
+        signing = self.signer.signing
         seal = None
         if signing is not None:
-            await self._publish_key(signing)
+            await self.signer.publish_key(signing)
             document = signing.seal(document)
             seal = signing.seal
         limit = self.settings.size_limit
@@ -822,7 +838,10 @@ class Controller:
         root = RootId(ref.namespace, ref.kind, ref.name, group=ref.group, uid=ref.uid)
         try:
             entry = await self.exporter.record(
-                root, document=document, input_hash=plan.input_hash, signed_by=self._signed_by()
+                root,
+                document=document,
+                input_hash=plan.input_hash,
+                signed_by=self.signer.signed_by(),
             )
         except BacklogWriteError as exc:
             raise WriteError("record the version in the export backlog", 0, str(exc)) from None
@@ -840,57 +859,6 @@ class Controller:
         if entry is not None:
             self.exporter.committed(entry)
         return stored
-
-    def _signed_by(self) -> str:
-        return self.signing.key.kid if self.signing is not None else ""
-
-    async def _watch_signing_key(self) -> None:
-        """Pick up a rotated key file; every document is then re-signed with it."""
-        while True:
-            await asyncio.sleep(KEY_RECHECK)
-            current = self.signing
-            if current is None:
-                return
-            try:
-                rotated = await asyncio.to_thread(current.reload)
-            except ValueError as exc:
-                self._once(
-                    ("signing-key-unreadable",),
-                    "cannot read the signing key file; still signing with the previous key",
-                    error=str(exc),
-                )
-                continue
-            # Readable again: a later failure is news, logged again (once).
-            self._logged.discard(("signing-key-unreadable",))
-            if rotated is None:
-                continue
-            log.info(
-                "signing key changed; re-signing every document",
-                extra={"old_kid": current.key.kid, "kid": rotated.key.kid},
-            )
-            self.signing = rotated
-            self.full_resync()
-
-    async def _publish_key(self, signing: Signing) -> None:
-        """Publish our public key once, before the first document signed with it."""
-        if signing.keys_configmap is None or self._published_kid == signing.key.kid:
-            return
-        async with self._key_published:
-            if self._published_kid == signing.key.kid:
-                return
-            if not self.is_leader():
-                raise NotLeader()
-            namespace, name = signing.keys_configmap
-            result = await publish(self.kube, signing.key, namespace, name)
-            self._published_kid = signing.key.kid
-            log.info(
-                "signing key published",
-                extra={
-                    "kid": signing.key.kid,
-                    "configmap": f"{namespace}/{name}",
-                    "result": result,
-                },
-            )
 
     async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
         assert plan.ref is not None
@@ -1005,7 +973,7 @@ class Controller:
             return "gone"
         if self.ledger.contested(key, plan.stamp):
             self.metrics.stamp_skips.labels("contested").inc()
-            self._once(
+            self.notices.once(
                 ("stamp-contested", plan.ref.group, plan.ref.kind),
                 "another writer keeps undoing stamp repairs of this kind (without the webhook, "
                 "the Deployment controller copies a Deployment's annotations onto its "
@@ -1028,17 +996,9 @@ class Controller:
         elif outcome == "conflict":
             self.stamps.add_after(key, self.settings.stamp_settle)
         elif outcome == "forbidden":
-            self._once(
+            self.notices.once(
                 ("stamp-forbidden", plan.ref.group, plan.ref.kind),
                 "may not patch this kind; its stamps are not repaired",
                 kind=str(plan.ref.group_kind),
             )
         return outcome
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def _once(self, marker: tuple[str, ...], msg: str, **fields: Any) -> None:
-        if marker in self._logged:
-            return
-        self._logged.add(marker)
-        log.warning(msg, extra=fields)

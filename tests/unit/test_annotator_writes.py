@@ -219,7 +219,7 @@ async def test_a_reconcile_issues_no_list_and_no_get() -> None:
 async def test_signing_adds_one_list_of_the_keys_configmap_per_new_key() -> None:
     # The one exception to "no read": publishing a new signing key (docs/signing.md).
     c, api = populated()
-    c.signing = Signing(jsf.SigningKey.of(jsf.generate(), kid="k1"), ("sys", "keys"))
+    c.signer.signing = Signing(jsf.SigningKey.of(jsf.generate(), kid="k1"), ("sys", "keys"))
     await reconcile_everything(c)
     assert [(call.method, call.path) for call in api.reads()] == [
         ("GET", CONFIGMAPS.format(ns="sys"))
