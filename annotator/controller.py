@@ -20,106 +20,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from aibom_core.bom import render
-from aibom_core.document import DocLabels
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
-from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
-from aibom_core.objects import Obj, metadata
-from aibom_core.opt_in import DEFAULT_OPT_IN
-from aibom_core.stamp import Keys
-from aibom_core.trail import RootId
-from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
+from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind
+from aibom_core.objects import Obj
+from aibom_core.walk import Reason
 from aibom_edge.kube import ApiResource, Kube, KubeError
-from aibom_edge.reflector import DEFAULT_PAGE_SIZE
 from annotator.cache import ClusterState, Dirty
-from annotator.configmap import FOREIGN_DATA, MAX_DATA_BYTES, Payload, configmap_body, fit
-from annotator.export import BacklogWriteError, Exporter, ExportMetrics, ExportSettings
+from annotator.documents import DocumentReconciler
+from annotator.export import Exporter, ExportMetrics
 from annotator.informer import Informer, InformerState
-from annotator.keys import DocKey, RootKey, SweepKey
+from annotator.keys import DocKey, SweepKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.notices import Notices
 from annotator.plan import (
-    DocRef,
     Outcome,
-    RootPlan,
-    plan_root,
     plan_stamp,
-    plan_sweep,
-    sources_salt,
 )
-from annotator.signing import Signer, Signing
+from annotator.settings import Settings, wanted_kinds
+from annotator.signing import Signer
 from annotator.slim import keeps_metadata_only, schema_of, slimmer
-from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
+from annotator.workqueue import Queues, QueueShutDown, TokenBucket, WorkQueue
 from annotator.writer import NotLeader, WriteError, Writer
 
 log = logging.getLogger("annotator")
-
-STAMP_MODES = ("opted-in", "all", "off")
-
-
-def wanted_kinds(registry: KindRegistry) -> tuple[GroupKind, ...]:
-    """Every kind the annotator lists and watches, in order: the registry's tracked and
-    walk-only kinds, Namespaces and (ours, by label) ConfigMaps."""
-    return tuple(sorted(registry.tracked | registry.walk_only | {NAMESPACE, CONFIGMAP}))
-
-
-@dataclass(frozen=True)
-class Settings:
-    registry: KindRegistry
-    tool_version: str
-    keys: Keys = field(default_factory=Keys)
-    namespace_label: tuple[str, str] = DEFAULT_OPT_IN
-    max_depth: int = DEFAULT_MAX_DEPTH
-    workers: int = 16  # writes in flight; etcd batches concurrent writes
-    page_size: int = DEFAULT_PAGE_SIZE
-    watch_timeout: int = 300
-    rediscovery_interval: float = 30.0
-    stamp_mode: str = "opted-in"
-    stamp_settle: float = 2.0
-    write_qps: float = 500.0  # a cap near the API server's own rate (docs)
-    write_burst: int = 500
-    stamp_qps: float = 10.0
-    stamp_burst: int = 50
-    size_limit: int = MAX_DATA_BYTES
-    forbidden_retry: float = 30.0
-    sync_timeout: float = 30.0
-    watch_idle_timeout: float = 90.0
-    # Provenance: the webhook's edge-proof key; trust every edge instead.
-    provenance_key: bytes | None = None
-    trust_owner_references: bool = False
-    signing: Signing | None = None  # sign every document (annotator.signing)
-    export: ExportSettings | None = None  # push every version to a registry (annotator.export)
-
-    @property
-    def generator(self) -> str:
-        return f"aibom-rollup/{self.tool_version}"
-
-    @property
-    def labels(self) -> DocLabels:
-        return DocLabels(self.keys.prefix)
-
-    @functools.cached_property
-    def sources_salt(self) -> str:
-        """What besides the objects a document depends on (`annotator.plan.sources_salt`)."""
-        return sources_salt(
-            self.registry,
-            tool_version=self.tool_version,
-            prefix=self.keys.prefix,
-            trust_all=self.trust_owner_references,
-            max_depth=self.max_depth,
-            provenance_key=self.provenance_key,
-        )
 
 
 class Controller:
@@ -154,13 +86,11 @@ class Controller:
         self.informers: dict[GroupKind, Informer] = {}
         self._informer_tasks: dict[GroupKind, asyncio.Task[None]] = {}
         self._unserved: set[GroupKind] = set()
-        self.docs: WorkQueue[DocKey] = self._doc_queue()
-        self.stamps: WorkQueue[str] = WorkQueue("stamps")
+        self.queues = Queues()
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self.synced = asyncio.Event()
         self.notices = Notices()
-        self._events_sent: set[tuple[str, str]] = set()
         self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
         self.ledger = RepairLedger(now=time.monotonic)
@@ -168,7 +98,7 @@ class Controller:
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
         )
-        self.writer = Writer(
+        self._writer = Writer(
             kube,
             is_leader=self.is_leader,
             bucket=TokenBucket(settings.write_qps, settings.write_burst),
@@ -177,8 +107,6 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        # The last verdict on each root (current-state gauges; the leader's view).
-        self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
         self._resync_task: asyncio.Task[None] | None = None
         self.signer = Signer(
             kube,
@@ -187,7 +115,7 @@ class Controller:
             notices=self.notices,
             on_rotated=self.full_resync,
         )
-        self.exporter = (
+        exporter = (
             Exporter(
                 kube,
                 settings.export,
@@ -197,6 +125,18 @@ class Controller:
             )
             if settings.export is not None
             else None
+        )
+        self.exporter = exporter
+        self.documents = DocumentReconciler(
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            writer=self.writer,
+            metrics=self.metrics,
+            signer=self.signer,
+            exporter=exporter,
+            notices=self.notices,
+            slim=self.slim,
         )
 
     @property
@@ -208,8 +148,22 @@ class Controller:
         """One API client for every part: replacing it replaces it everywhere."""
         self._kube = self.signer.kube = kube
 
-    def _doc_queue(self) -> WorkQueue[DocKey]:
-        return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @writer.setter
+    def writer(self, writer: Writer) -> None:
+        """One writer for every part: replacing it replaces it everywhere."""
+        self._writer = self.documents.writer = writer
+
+    @property
+    def docs(self) -> WorkQueue[DocKey]:
+        return self.queues.docs
+
+    @property
+    def stamps(self) -> WorkQueue[str]:
+        return self.queues.stamps
 
     # -- leadership -------------------------------------------------------------
 
@@ -232,29 +186,26 @@ class Controller:
                 self.full_resync()
         else:
             self._stop_workers()
-            self.verdicts.clear()
+            self.documents.verdicts.clear()
 
     def _start_workers(self) -> None:
         if self._workers:
             return
-        self.docs = self._doc_queue()
-        self.stamps = WorkQueue("stamps")
+        self.queues.renew()
         for i in range(self.settings.workers):
-            self._workers.append(asyncio.create_task(self._doc_worker(), name=f"doc-worker-{i}"))
+            self._workers.append(asyncio.create_task(self.documents.run(), name=f"doc-worker-{i}"))
         if self.settings.stamp_mode != "off":
             self._workers.append(asyncio.create_task(self._stamp_worker(), name="stamp-worker"))
 
     def _stop_workers(self) -> None:
-        self.docs.shut_down()
-        self.stamps.shut_down()
+        self.queues.shut_down()
         for task in self._workers:
             task.cancel()
         self._workers.clear()
 
     async def _drain_workers(self, timeout: float) -> None:
         """Let in-flight reconciles finish (graceful shutdown), then cancel the rest."""
-        self.docs.shut_down()
-        self.stamps.shut_down()
+        self.queues.shut_down()
         if self._workers:
             _, pending = await asyncio.wait(self._workers, timeout=timeout)
             for task in pending:
@@ -378,7 +329,7 @@ class Controller:
             extra={
                 "seconds": round(now - started, 3),
                 "documents_written": self._written() - written,
-                "roots": len(self.verdicts),
+                "roots": len(self.documents.verdicts),
             },
         )
 
@@ -584,7 +535,7 @@ class Controller:
         roots: Counter[str] = Counter()
         rolled: Counter[str] = Counter()
         unresolved: Counter[tuple[str, str]] = Counter()
-        for key, (outcome, reason, owned) in self.verdicts.items():
+        for key, (outcome, reason, owned) in self.documents.verdicts.items():
             roots[key.kind] += 1
             rolled.update(owned)
             if outcome is Outcome.ROLLUP_UNRESOLVED:
@@ -674,249 +625,6 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._informer_tasks.values(), return_exceptions=True)
         self._informer_tasks.clear()
-
-    # -- document reconciles --------------------------------------------------------------------
-
-    async def _doc_worker(self) -> None:
-        while True:
-            try:
-                key = await self.docs.get()
-            except QueueShutDown:
-                return
-            started = time.perf_counter()
-            result = "error"
-            try:
-                if isinstance(key, SweepKey):
-                    result = await self._sweep(key)
-                else:
-                    result = await self.reconcile(key)
-                self.docs.forget(key)
-            except NotLeader:
-                result = "not_leader"
-            except asyncio.CancelledError:
-                raise
-            except (WriteError, KubeError, TimeoutError) as exc:
-                delay = self.docs.add_rate_limited(key)
-                self.metrics.errors.labels("reconcile").inc()
-                log.warning(
-                    "reconcile failed; will retry",
-                    extra={"key": str(key), "error": str(exc)[:500], "retry_in_s": round(delay, 3)},
-                )
-            except Exception:
-                delay = self.docs.add_rate_limited(key)
-                self.metrics.errors.labels("reconcile").inc()
-                log.exception("reconcile crashed (a bug); will retry", extra={"key": str(key)})
-            finally:
-                self.docs.done(key)
-                self.metrics.reconcile_duration.labels("documents", result).observe(
-                    time.perf_counter() - started
-                )
-            await asyncio.sleep(0)
-
-    async def reconcile(self, key: RootKey) -> str:
-        plan = plan_root(
-            self.state,
-            key,
-            generator=self.settings.generator,
-            tool_version=self.settings.tool_version,
-            signed_by=self.signer.signed_by(),
-            salt=self.settings.sources_salt,
-        )
-        self._count(plan)
-        if plan.requeue is not None:
-            self.docs.add(plan.requeue)
-        result = "unchanged"
-        for doc in plan.delete_now:
-            await self._delete(doc, reason="not_opted_in", requeue=key)
-            result = "deleted"
-        if plan.ref is None or not plan.cm_name:
-            return result if plan.delete_now else plan.outcome.value
-        if plan.write:
-            await self._write(plan)
-            result = "written"
-            if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
-                # One count per document version that records the root unresolved
-                # (the webhook: one per admission it stamps unresolved).
-                self.metrics.unresolved.labels(plan.key.kind, plan.failure.reason.value).inc()
-        else:
-            self.metrics.documents_unchanged.inc()
-            if plan.facts is None:  # current by its sources hash (annotator.plan)
-                self.metrics.documents_current_by_sources.inc()
-            # Judged current: a later write by anyone is a change we will look at.
-            self.state.vouch(plan.ref.namespace, plan.cm_name)
-        # Only now, with the document that lists them written (or already
-        # current), may the documents it supersedes go.
-        for doc in plan.supersedes:
-            await self._delete(doc, reason="rolled_up", requeue=key)
-        return result
-
-    def _count(self, plan: RootPlan) -> None:
-        kind = plan.key.kind
-        self.metrics.outcomes.labels(kind, plan.outcome.value).inc()
-        for owned in plan.owned:
-            self.metrics.outcomes.labels(owned.kind, Outcome.ROLLED_UP.value).inc()
-        if plan.outcome in (Outcome.MATCHED, Outcome.ROLLUP_UNRESOLVED) and plan.cm_name:
-            reason = plan.failure.reason.value if plan.failure is not None else ""
-            self.verdicts[plan.key] = (plan.outcome, reason, tuple(o.kind for o in plan.owned))
-        else:
-            self.verdicts.pop(plan.key, None)
-        if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
-            failure = plan.failure
-            self.notices.once(
-                ("unresolved", failure.group, failure.kind, failure.reason.value),
-                "owner walk failed; the workload is reported as its own root",
-                kind=str(GroupKind(failure.group, failure.kind)),
-                reason=failure.reason.value,
-                example=str(plan.key),
-            )
-
-    async def _write(self, plan: RootPlan) -> None:
-        assert plan.ref is not None
-        document = render(
-            plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
-        )
-        signing = self.signer.signing
-        seal = None
-        if signing is not None:
-            await self.signer.publish_key(signing)
-            document = signing.seal(document)
-            seal = signing.seal
-        limit = self.settings.size_limit
-        if len(document) > limit:
-            payload = await asyncio.to_thread(fit, document, limit=limit, seal=seal)
-        else:
-            payload = fit(document, limit=limit, seal=seal)
-        body = configmap_body(
-            plan.ref,
-            api_version=plan.api_version,
-            name=plan.cm_name,
-            payload=payload,
-            input_hash=plan.input_hash,
-            generator=self.settings.generator,
-            labels=self.settings.labels,
-            signed_by=signing.key.kid if signing is not None else "",
-            sources_hash=plan.sources_hash,
-        )
-        cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
-        stored = await self._apply_and_export(plan, body, document)
-        if (
-            cached is not None
-            and cached.get(FOREIGN_DATA)
-            and metadata(stored).get("resourceVersion") != metadata(cached).get("resourceVersion")
-        ):
-            # Someone else wrote the document (managedFields said so, or it changed
-            # since the version we knew), and this apply changed it back: the server
-            # found its content not ours (an apply of the same content writes nothing).
-            self.metrics.documents_repaired.labels("edited").inc()
-            log.warning(
-                "document edited by another writer; restored",
-                extra={"root": str(plan.key), "configmap": f"{plan.ref.namespace}/{plan.cm_name}"},
-            )
-        self.state.note_configmap(self.slim(stored))
-        self.metrics.documents_written.labels(payload.encoding).inc()
-        log.info(
-            "document written",
-            extra={
-                "root": str(plan.key),
-                "configmap": plan.cm_name,
-                "encoding": payload.encoding,
-                "bytes": payload.size,
-                "owned": len(plan.owned),
-                "pods": plan.pods,
-                "input_hash": plan.input_hash,
-            },
-        )
-        if payload.encoding != "json":
-            await self._report_size(plan, payload)
-
-    async def _apply_and_export(self, plan: RootPlan, body: dict[str, Any], document: bytes) -> Any:
-        """Apply the document; with export on, record the version first (annotator.export)."""
-        if self.exporter is None:
-            return await self.writer.apply_configmap(body)
-        assert plan.ref is not None
-        ref = plan.ref
-        root = RootId(ref.namespace, ref.kind, ref.name, group=ref.group, uid=ref.uid)
-        try:
-            entry = await self.exporter.record(
-                root,
-                document=document,
-                input_hash=plan.input_hash,
-                signed_by=self.signer.signed_by(),
-            )
-        except BacklogWriteError as exc:
-            raise WriteError("record the version in the export backlog", 0, str(exc)) from None
-        try:
-            stored = await self.writer.apply_configmap(body)
-        except BaseException as exc:
-            refused = isinstance(exc, NotLeader) or (
-                isinstance(exc, WriteError) and 400 <= exc.status < 500
-            )
-            if entry is not None and refused:
-                self.exporter.withdraw(entry)  # never a version of the cluster's
-            elif entry is not None:
-                self.exporter.committed(entry)  # it may have landed
-            raise
-        if entry is not None:
-            self.exporter.committed(entry)
-        return stored
-
-    async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
-        assert plan.ref is not None
-        original, size = payload.original_size, payload.size
-        cut_c, cut_o = payload.omitted_components, payload.omitted_owned
-        if payload.encoding == "gzip":
-            log.info(
-                "document compressed to fit a ConfigMap",
-                extra={"root": str(plan.key), "bytes": original, "gzip_bytes": size},
-            )
-            return
-        log.warning(
-            "document truncated to fit a ConfigMap",
-            extra={
-                "root": str(plan.key),
-                "bytes": original,
-                "omitted_components": cut_c,
-                "omitted_owned": cut_o,
-            },
-        )
-        marker = (plan.ref.uid, plan.input_hash)
-        if marker in self._events_sent:
-            return
-        note = (
-            f"The AIBOM of {plan.ref.kind}/{plan.ref.name} is {original} bytes and does not fit "
-            f"ConfigMap {plan.cm_name} even gzip-compressed; it was truncated "
-            f"({cut_c} components and {cut_o} owned entries left out; see the "
-            f"aibom.truncated properties)."
-        )
-        try:
-            await self.writer.event(
-                plan.ref,
-                api_version=plan.api_version,
-                reason="AIBOMTruncated",
-                note=note,
-                action="WriteAIBOM",
-            )
-            self._events_sent.add(marker)
-        except (WriteError, KubeError, TimeoutError) as exc:
-            log.warning("could not record the truncation Event", extra={"error": str(exc)})
-
-    async def _delete(self, doc: DocRef, *, reason: str, requeue: DocKey) -> None:
-        if await self.writer.delete_configmap(doc):
-            self.state.forget_configmap(doc.namespace, doc.name)
-            self.metrics.documents_deleted.labels(reason).inc()
-            log.info("document deleted", extra={"configmap": str(doc), "why": reason})
-        else:
-            # It changed since we looked: judge again from the fresh cache.
-            self.docs.add_rate_limited(requeue)
-
-    async def _sweep(self, key: SweepKey) -> str:
-        plan = plan_sweep(self.state, key)
-        opted = self.state.opted_in(key.namespace)
-        for doc in plan.deletes:
-            await self._delete(doc, reason="stale" if opted else "not_opted_in", requeue=key)
-        for root in plan.requeue:
-            self.docs.add(root)
-        return "deleted" if plan.deletes else "unchanged"
 
     # -- stamp repairs --------------------------------------------------------------------------
 

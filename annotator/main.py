@@ -33,12 +33,13 @@ from aibom_edge import logs, options
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE, MAX_WATCH_TIMEOUT
 from annotator.configmap import MAX_DATA_BYTES
-from annotator.controller import STAMP_MODES, Controller, Settings
+from annotator.controller import Controller
 from annotator.export import configure_parser as configure_export
 from annotator.export import export_of
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.probes import Probes
+from annotator.settings import STAMP_MODES, Settings
 from annotator.signing import configure_parser as configure_signing
 from annotator.signing import signing_of
 

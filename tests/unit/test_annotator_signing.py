@@ -165,11 +165,11 @@ async def test_a_key_is_published_before_the_first_document_signed_with_it() -> 
     seen = verified_applies(api)
     k1, k2 = new_key("k1"), new_key("k2")
     c.signer.signing = Signing(k1, (NS, NAME))
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     # A rotated key file (annotator.signing.Signer.watch): every document is
     # signed again, by k2, which must be published first.
     c.signer.signing = Signing(k2, (NS, NAME))
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     # No document ever reached the server signed by a key not published then.
     assert seen == [("valid", "k1"), ("valid", "k2")]
     doc = CONFIGMAPS.format(ns="ns")
@@ -194,7 +194,7 @@ async def test_a_reused_kid_writes_no_document() -> None:
     write_through(c, api)
     c.signer.signing = Signing(new_key("k1"), (NS, NAME))
     with pytest.raises(WriteError, match="'k1'"):
-        await c.reconcile(key)  # the worker logs it and retries with backoff
+        await c.documents.reconcile(key)  # the worker logs it and retries with backoff
     assert writes(api) == []
 
 
@@ -250,7 +250,7 @@ async def test_an_unreadable_key_file_is_logged_once_and_the_old_key_kept(
         await until("five failed checks", lambda: failures[0] >= 5)
         assert logged() == 1
         assert c.signer.signing is signing  # still signing with the key it has
-        assert await c.reconcile(key) == "written"
+        assert await c.documents.reconcile(key) == "written"
         document = rec.bodies[-1]["data"][DATA_KEY]
         verdict = jsf.verify_bytes(document, jsf.KeySet.of([signing.key.jwk]))
         assert (verdict.status, verdict.kid) == (jsf.Status.VALID, signing.key.kid)

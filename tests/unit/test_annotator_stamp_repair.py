@@ -26,9 +26,10 @@ import pytest
 from aibom_core.kinds import NAMESPACE, GroupKind, default_registry
 from aibom_core.objects import Obj
 from aibom_edge.kube import ApiResource, KubeResponse
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.ledger import RepairLedger
 from annotator.main import settings_of
+from annotator.settings import Settings
 from annotator.workqueue import WorkQueue
 from annotator.writer import APPLY, MERGE
 from tests.unit.kobj import mk

@@ -8,8 +8,9 @@ from typing import Any
 
 from aibom_core.kinds import NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.lease import ElectionConfig
+from annotator.settings import Settings
 from tests.unit.kobj import chain, mk
 from tests.unit.test_annotator_controller import FakeKube, Recorder
 
