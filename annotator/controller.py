@@ -38,18 +38,17 @@ from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, SweepKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
-from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
 from annotator.notices import Notices
 from annotator.plan import (
     Outcome,
-    plan_stamp,
 )
 from annotator.settings import Settings, wanted_kinds
 from annotator.signing import Signer
 from annotator.slim import keeps_metadata_only, schema_of, slimmer
-from annotator.workqueue import Queues, QueueShutDown, TokenBucket, WorkQueue
-from annotator.writer import NotLeader, WriteError, Writer
+from annotator.stamps import StampReconciler, stamp_scope
+from annotator.workqueue import Queues, TokenBucket, WorkQueue
+from annotator.writer import Writer
 
 log = logging.getLogger("annotator")
 
@@ -93,7 +92,6 @@ class Controller:
         self.notices = Notices()
         self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
-        self.ledger = RepairLedger(now=time.monotonic)
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
@@ -138,6 +136,16 @@ class Controller:
             notices=self.notices,
             slim=self.slim,
         )
+        self.stamp_repair = StampReconciler(
+            kube,
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            writer=self.writer,
+            metrics=self.metrics,
+            notices=self.notices,
+            watched=self.watched,
+        )
 
     @property
     def kube(self) -> Kube:
@@ -146,7 +154,7 @@ class Controller:
     @kube.setter
     def kube(self, kube: Kube) -> None:
         """One API client for every part: replacing it replaces it everywhere."""
-        self._kube = self.signer.kube = kube
+        self._kube = self.signer.kube = self.stamp_repair.kube = kube
 
     @property
     def writer(self) -> Writer:
@@ -155,7 +163,7 @@ class Controller:
     @writer.setter
     def writer(self, writer: Writer) -> None:
         """One writer for every part: replacing it replaces it everywhere."""
-        self._writer = self.documents.writer = writer
+        self._writer = self.documents.writer = self.stamp_repair.writer = writer
 
     @property
     def docs(self) -> WorkQueue[DocKey]:
@@ -195,7 +203,7 @@ class Controller:
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self.documents.run(), name=f"doc-worker-{i}"))
         if self.settings.stamp_mode != "off":
-            self._workers.append(asyncio.create_task(self._stamp_worker(), name="stamp-worker"))
+            self._workers.append(asyncio.create_task(self.stamp_repair.run(), name="stamp-worker"))
 
     def _stop_workers(self) -> None:
         self.queues.shut_down()
@@ -280,7 +288,7 @@ class Controller:
         for sweep in dirty.sweeps:
             self.docs.add(sweep)
         if self.settings.stamp_mode != "off":
-            scope = self._stamp_scope()
+            scope = stamp_scope(self.settings, self.state)
             for key in dirty.stamps:
                 ref = self.state.graph.ref(key)
                 if ref is None or (scope is not None and ref.namespace not in scope):
@@ -298,7 +306,7 @@ class Controller:
         for ns in self.state.doc_namespaces():
             self.docs.add(SweepKey(ns))
         if self.settings.stamp_mode != "off":
-            scope = self._stamp_scope()
+            scope = stamp_scope(self.settings, self.state)
             for key in list(self.state.graph.keys()):
                 ref = self.state.graph.ref(key)
                 if ref is not None and (scope is None or ref.namespace in scope):
@@ -340,11 +348,6 @@ class Controller:
             for s in metric.samples
             if s.name.endswith("_total")
         )
-
-    def _stamp_scope(self) -> frozenset[str] | None:
-        if self.settings.stamp_mode == "all":
-            return None
-        return self.state.opted_in_set
 
     # -- readiness ----------------------------------------------------------------------
 
@@ -516,7 +519,7 @@ class Controller:
                 if informer.degraded and self.state.graph.unavailable.get(informer.gk) is None:
                     self.status(informer)  # a first list failing for too long
             self._check_synced()
-            self.ledger.prune()
+            self.stamp_repair.ledger.prune()
             self.metrics.queue_depth.labels("documents").set(len(self.docs))
             self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
             counts = dict(self.state.kind_counts)
@@ -625,88 +628,3 @@ class Controller:
             task.cancel()
         await asyncio.gather(*self._informer_tasks.values(), return_exceptions=True)
         self._informer_tasks.clear()
-
-    # -- stamp repairs --------------------------------------------------------------------------
-
-    async def _stamp_worker(self) -> None:
-        while True:
-            try:
-                key = await self.stamps.get()
-            except QueueShutDown:
-                return
-            started = time.perf_counter()
-            result = "error"
-            try:
-                result = await self.repair_stamp(key)
-                self.stamps.forget(key)
-            except NotLeader:
-                result = "not_leader"
-            except asyncio.CancelledError:
-                raise
-            except (WriteError, KubeError, TimeoutError) as exc:
-                self.stamps.add_rate_limited(key)
-                self.metrics.errors.labels("stamp").inc()
-                log.warning(
-                    "stamp repair failed; will retry", extra={"key": key, "error": str(exc)}
-                )
-            except Exception:
-                self.stamps.add_rate_limited(key)
-                self.metrics.errors.labels("stamp").inc()
-                log.exception("stamp check crashed (a bug)", extra={"key": key})
-            finally:
-                self.stamps.done(key)
-                self.metrics.reconcile_duration.labels("stamps", result).observe(
-                    time.perf_counter() - started
-                )
-            await asyncio.sleep(0)
-
-    async def repair_stamp(self, key: str) -> str:
-        plan = plan_stamp(
-            self.state,
-            key,
-            keys=self.settings.keys,
-            watched=self.watched,
-            namespaces=self._stamp_scope(),
-        )
-        if plan is None:
-            self.ledger.forget(key)
-            return "gone"
-        if plan.skipped:
-            self.metrics.stamp_skips.labels(plan.skipped).inc()
-            return "skipped"
-        if plan.patch is None:
-            return "unchanged"
-        resource = self.kube.discovery.cached(plan.ref.group_kind)
-        if resource is None:
-            return "gone"
-        if self.ledger.contested(key, plan.stamp):
-            self.metrics.stamp_skips.labels("contested").inc()
-            self.notices.once(
-                ("stamp-contested", plan.ref.group, plan.ref.kind),
-                "another writer keeps undoing stamp repairs of this kind (without the webhook, "
-                "the Deployment controller copies a Deployment's annotations onto its "
-                "ReplicaSets); leaving such objects alone for a while",
-                kind=str(plan.ref.group_kind),
-                example=f"{plan.ref.namespace}/{plan.ref.name}",
-            )
-            return "contested"
-        outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
-        if outcome == "patched":
-            self.ledger.record(key, plan.stamp)
-            self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
-            log.info(
-                "stamp repaired",
-                extra={
-                    "object": f"{plan.ref.namespace}/{plan.ref.hop}",
-                    "annotations": plan.patch["metadata"]["annotations"],
-                },
-            )
-        elif outcome == "conflict":
-            self.stamps.add_after(key, self.settings.stamp_settle)
-        elif outcome == "forbidden":
-            self.notices.once(
-                ("stamp-forbidden", plan.ref.group, plan.ref.kind),
-                "may not patch this kind; its stamps are not repaired",
-                kind=str(plan.ref.group_kind),
-            )
-        return outcome

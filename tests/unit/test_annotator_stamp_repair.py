@@ -329,9 +329,11 @@ async def test_a_stamp_undone_after_each_repair_is_left_alone_for_the_window(
     fighters[2]["metadata"]["resourceVersion"] = "1"
     api, c = start(fighters, stamp_settle=0.0)
     # The documented limit and window are the controller's ledger's.
-    assert (c.ledger.limit, c.ledger.window) == (2, 600.0)
+    assert (c.stamp_repair.ledger.limit, c.stamp_repair.ledger.window) == (2, 600.0)
     now = [0.0]
-    c.ledger = RepairLedger(limit=c.ledger.limit, window=c.ledger.window, now=lambda: now[0])
+    c.stamp_repair.ledger = RepairLedger(
+        limit=c.stamp_repair.ledger.limit, window=c.stamp_repair.ledger.window, now=lambda: now[0]
+    )
     names = [o["metadata"]["name"] for o in fighters]
 
     def undo(rv: int) -> None:
@@ -376,7 +378,9 @@ async def test_an_object_whose_root_keeps_changing_is_repaired_every_time(start:
         o["metadata"]["resourceVersion"] = "1"
     api, c = start([*owners, deployment("d")], stamp_settle=0.0, trust_owner_references=True)
     now = [0.0]
-    c.ledger = RepairLedger(limit=c.ledger.limit, window=c.ledger.window, now=lambda: now[0])
+    c.stamp_repair.ledger = RepairLedger(
+        limit=c.stamp_repair.ledger.limit, window=c.stamp_repair.ledger.window, now=lambda: now[0]
+    )
     await checked(c.stamps)
     assert len(api.stamp_patches("d")) == 1
     for rv, owner in enumerate((owners[0], owners[1], None), start=2):

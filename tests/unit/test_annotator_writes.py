@@ -150,7 +150,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     c, _, api = recorded()
     now = [0.0]
     c.queues.stamps = WorkQueue("stamps", now=lambda: now[0])
-    c.watched = lambda gk: True  # type: ignore[method-assign]  # no informers here
+    c.stamp_repair.watched = lambda gk: True  # no informers here
     dep = mk("Deployment", "d", annotations={"aibom.dev/rollup": "uncovered"})
     dep["metadata"]["resourceVersion"] = "9"
     uid = dep["metadata"]["uid"]
@@ -158,7 +158,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     newer = copy.deepcopy(dep)
     newer["metadata"]["resourceVersion"] = "10"
     api.serve(newer)  # the object changed since the cache saw it
-    assert await c.repair_stamp(uid) == "conflict"
+    assert await c.stamp_repair.repair_stamp(uid) == "conflict"
     [patch] = [call for call in api.calls if call.method == "PATCH"]
     assert patch.content_type == MERGE
     assert patch.path == "/apis/apps/v1/namespaces/ns/deployments/d"
@@ -167,7 +167,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     assert meta["annotations"]["aibom.dev/rollup"] == "root"
     labels = {"kind": "Deployment"}
     assert not c.metrics.registry.get_sample_value("aibom_annotator_stamp_repairs_total", labels)
-    assert len(c.ledger) == 0
+    assert len(c.stamp_repair.ledger) == 0
     # Judged again once the settle delay has passed, from the cache as it is then.
     assert c.stamps.poll() is None
     now[0] = c.settings.stamp_settle - 0.01
@@ -175,7 +175,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     now[0] = c.settings.stamp_settle
     assert c.stamps.poll() == uid
     c.state.upsert(group_kind_of(newer), newer)
-    assert await c.repair_stamp(uid) == "patched"
+    assert await c.stamp_repair.repair_stamp(uid) == "patched"
     assert c.metrics.registry.get_sample_value("aibom_annotator_stamp_repairs_total", labels) == 1
 
 
@@ -185,7 +185,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
 def populated() -> tuple[Controller, RecordingApi]:
     """Two roots with their workloads and Pods, unstamped, and a superseded child document."""
     c, _, api = recorded()
-    c.watched = lambda gk: True  # type: ignore[method-assign]
+    c.stamp_repair.watched = lambda gk: True
     for obj in chain("Deployment/web", "ReplicaSet/web-1", "Pod/web-1-a"):
         obj["metadata"]["resourceVersion"] = "3"
         c.state.upsert(group_kind_of(obj), obj)
@@ -200,7 +200,7 @@ async def reconcile_everything(c: Controller) -> None:
     for ns in c.state.doc_namespaces():
         await c.documents.sweep(SweepKey(ns))
     for key in list(c.state.graph.keys()):
-        await c.repair_stamp(key)
+        await c.stamp_repair.repair_stamp(key)
 
 
 async def test_a_reconcile_issues_no_list_and_no_get() -> None:
