@@ -23,7 +23,6 @@ import contextlib
 import gc
 import logging
 import time
-from collections import Counter
 from typing import Any
 
 from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
@@ -34,15 +33,13 @@ from aibom_edge.kube import ApiResource, Kube, KubeError
 from annotator.cache import ClusterState, Dirty
 from annotator.documents import DocumentReconciler
 from annotator.export import Exporter, ExportMetrics
+from annotator.gauges import Gauges
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, SweepKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.notices import Notices
-from annotator.plan import (
-    Outcome,
-)
 from annotator.settings import Settings, wanted_kinds
 from annotator.signing import Signer
 from annotator.slim import keeps_metadata_only, schema_of, slimmer
@@ -90,7 +87,6 @@ class Controller:
         self._tasks: list[asyncio.Task[Any]] = []
         self.synced = asyncio.Event()
         self.notices = Notices()
-        self._unproven_reported: set[str] = set()
         self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
         self.identity = election.identity if election else "annotator"
         self.elector = (
@@ -145,6 +141,14 @@ class Controller:
             metrics=self.metrics,
             notices=self.notices,
             watched=self.watched,
+        )
+        self.gauges = Gauges(
+            metrics=self.metrics,
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            verdicts=self.documents.verdicts,
+            wanted=self.wanted,
         )
 
     @property
@@ -440,19 +444,7 @@ class Controller:
                 "forged ownerReference there at admission",
                 namespace=ns,
             )
-        self.report_unproven()
-
-    def report_unproven(self) -> None:
-        unproven, mismatched = self.state.unproven_edges()
-        for gauge, counts in (
-            (self.metrics.unproven_edges, unproven),
-            (self.metrics.adopted_mismatch, mismatched),
-        ):
-            for ns in self._unproven_reported - set(counts):
-                gauge.labels(ns).set(0)
-            for ns, n in counts.items():
-                gauge.labels(ns).set(n)
-        self._unproven_reported = set(unproven) | set(mismatched)
+        self.gauges.report_unproven()
 
     async def supervise_once(self) -> None:
         await self.check_guard()
@@ -520,48 +512,9 @@ class Controller:
                     self.status(informer)  # a first list failing for too long
             self._check_synced()
             self.stamp_repair.ledger.prune()
-            self.metrics.queue_depth.labels("documents").set(len(self.docs))
-            self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
-            counts = dict(self.state.kind_counts)
-            counts[CONFIGMAP] = len(self.state.configmaps)
-            counts[NAMESPACE] = len(self.state.namespaces)
-            for gk in self.wanted:
-                self.metrics.cached_objects.labels(gk.group or "core", gk.kind).set(
-                    counts.get(gk, 0)
-                )
-            self.refresh_gauges()
+            self.gauges.count_work()
+            self.gauges.refresh()
             await asyncio.sleep(2.0)
-
-    def refresh_gauges(self) -> None:
-        """Set the current-state gauges from the verdicts and the cache (docs/annotator.md)."""
-        m = self.metrics
-        roots: Counter[str] = Counter()
-        rolled: Counter[str] = Counter()
-        unresolved: Counter[tuple[str, str]] = Counter()
-        for key, (outcome, reason, owned) in self.documents.verdicts.items():
-            roots[key.kind] += 1
-            rolled.update(owned)
-            if outcome is Outcome.ROLLUP_UNRESOLVED:
-                unresolved[key.kind, reason] += 1
-        encodings: Counter[str] = Counter()
-        enc_key = self.settings.labels.encoding
-        for cm in self.state.configmaps.values():
-            meta = cm.get("metadata") or {}
-            ann = meta.get("annotations") or {}
-            labels = meta.get("labels") or {}
-            encodings[str(ann.get(enc_key) or labels.get(enc_key) or "json")] += 1
-        for gauge, values in (
-            (m.roots, roots),
-            (m.rolled_up_objects, rolled),
-            (m.documents, encodings),
-        ):
-            gauge.clear()
-            for label, n in sorted(values.items()):
-                gauge.labels(label).set(n)
-        m.unresolved_roots.clear()
-        for (kind, reason), n in sorted(unresolved.items()):
-            m.unresolved_roots.labels(kind, reason).set(n)
-        self.report_unproven()
 
     # -- running ----------------------------------------------------------------------------
 

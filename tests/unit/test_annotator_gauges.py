@@ -86,8 +86,8 @@ async def test_current_state_gauges_are_scraped() -> None:
     assert await c.documents.reconcile(key) == "written"
     u, ukey = unresolved_controller()
     await u.documents.reconcile(ukey)
-    c.refresh_gauges()
-    u.refresh_gauges()
+    c.gauges.refresh()
+    u.gauges.refresh()
     text = await scrape(c)
     assert samples(text, "aibom_annotator_roots") == {'{kind="LeaderWorkerSet"}': 1.0}
     assert samples(text, "aibom_annotator_rolled_up_objects") == {'{kind="StatefulSet"}': 1.0}
@@ -104,7 +104,7 @@ async def test_current_state_gauges_are_scraped() -> None:
         group_kind_of(c.state.graph.get(key.uid) or {}), c.state.graph.get(key.uid) or {}
     )
     await c.documents.reconcile(key)
-    c.refresh_gauges()
+    c.gauges.refresh()
     text = await scrape(c)
     assert samples(text, "aibom_annotator_roots") == {}
     assert samples(text, "aibom_annotator_rolled_up_objects") == {}
