@@ -25,7 +25,6 @@ import logging
 import time
 from typing import Any
 
-from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
 from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind
 from aibom_core.objects import Obj
 from aibom_core.walk import Reason
@@ -34,6 +33,7 @@ from annotator.cache import ClusterState, Dirty
 from annotator.documents import DocumentReconciler
 from annotator.export import Exporter, ExportMetrics
 from annotator.gauges import Gauges
+from annotator.guardwatch import GuardWatch
 from annotator.informer import Informer, InformerState
 from annotator.keys import DocKey, SweepKey
 from annotator.leader import LeaderElector
@@ -87,7 +87,6 @@ class Controller:
         self._tasks: list[asyncio.Task[Any]] = []
         self.synced = asyncio.Event()
         self.notices = Notices()
-        self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
@@ -150,6 +149,15 @@ class Controller:
             verdicts=self.documents.verdicts,
             wanted=self.wanted,
         )
+        self.guard = GuardWatch(
+            kube,
+            settings=settings,
+            state=self.state,
+            metrics=self.metrics,
+            notices=self.notices,
+            gauges=self.gauges,
+            dirty=self._dirty,
+        )
 
     @property
     def kube(self) -> Kube:
@@ -158,7 +166,7 @@ class Controller:
     @kube.setter
     def kube(self, kube: Kube) -> None:
         """One API client for every part: replacing it replaces it everywhere."""
-        self._kube = self.signer.kube = self.stamp_repair.kube = kube
+        self._kube = self.signer.kube = self.stamp_repair.kube = self.guard.kube = kube
 
     @property
     def writer(self) -> Writer:
@@ -397,57 +405,8 @@ class Controller:
 
     # -- discovery supervisor --------------------------------------------------------------
 
-    async def check_guard(self) -> None:
-        """Whether the guard the API server enforces is ours (`aibom_core.guard.in_force`:
-        the policy and its binding exist, deny, select our opt-in label); report
-        opted-in namespaces whose guard is opted out, and count unproven edges."""
-        settings = self.settings
-        try:
-            binding = await self.kube.admission_policy_object(
-                "validatingadmissionpolicybindings", BINDING_NAME, timeout=10
-            )
-            policy = await self.kube.admission_policy_object(
-                "validatingadmissionpolicies", POLICY_NAME, timeout=10
-            )
-        except (KubeError, TimeoutError) as exc:
-            self.notices.once(
-                ("guard-binding",),
-                "cannot read the provenance guard's policy and binding: no namespace counts "
-                "as guarded",
-                binding=BINDING_NAME,
-                error=str(exc)[:300],
-            )
-            binding = policy = None
-            why: str | None = "unreadable"
-        else:
-            why = in_force(policy, binding, settings.registry, settings.namespace_label)
-        found = binding is not None
-        guarding = why is None
-        if (found, guarding) != self._guard_seen:
-            self._guard_seen = (found, guarding)
-            msg = "provenance guard binding " + ("found" if found else "absent")
-            if found and not guarding:
-                msg += ", but it does not guard the opted-in namespaces: " + str(why)
-            log.log(
-                logging.INFO if guarding or not found else logging.WARNING,
-                msg,
-                extra={"binding": BINDING_NAME, "guarding": guarding},
-            )
-        self.metrics.guard_in_force.set(1 if guarding else 0)
-        self._dirty(self.state.set_binding(guarding))
-        disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]
-        self.metrics.guard_disabled.set(len(disabled))
-        for ns in disabled:
-            self.notices.once(
-                ("guard-disabled", ns),
-                "opted-in namespace has the provenance guard disabled: nothing refuses a "
-                "forged ownerReference there at admission",
-                namespace=ns,
-            )
-        self.gauges.report_unproven()
-
     async def supervise_once(self) -> None:
-        await self.check_guard()
+        await self.guard.check()
         try:
             await self.kube.discovery.refresh()
         except (KubeError, TimeoutError) as exc:
