@@ -25,16 +25,17 @@ import logging
 import time
 from typing import Any
 
-from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind
+from aibom_core.kinds import GroupKind
 from aibom_core.objects import Obj
 from aibom_core.walk import Reason
-from aibom_edge.kube import ApiResource, Kube, KubeError
+from aibom_edge.kube import Kube
 from annotator.cache import ClusterState, Dirty
 from annotator.documents import DocumentReconciler
 from annotator.export import Exporter, ExportMetrics
 from annotator.gauges import Gauges
 from annotator.guardwatch import GuardWatch
 from annotator.informer import Informer, InformerState
+from annotator.informers import InformerSupervisor
 from annotator.keys import DocKey, SweepKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
@@ -42,7 +43,7 @@ from annotator.metrics import Metrics
 from annotator.notices import Notices
 from annotator.settings import Settings, wanted_kinds
 from annotator.signing import Signer
-from annotator.slim import keeps_metadata_only, schema_of, slimmer
+from annotator.slim import slimmer
 from annotator.stamps import StampReconciler, stamp_scope
 from annotator.workqueue import Queues, TokenBucket, WorkQueue
 from annotator.writer import Writer
@@ -78,10 +79,6 @@ class Controller:
             trust_all=settings.trust_owner_references,
         )
         self.slim = slimmer(settings.registry, stamp_prefix=settings.keys.prefix)
-        self.wanted = wanted_kinds(settings.registry)
-        self.informers: dict[GroupKind, Informer] = {}
-        self._informer_tasks: dict[GroupKind, asyncio.Task[None]] = {}
-        self._unserved: set[GroupKind] = set()
         self.queues = Queues()
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[Any]] = []
@@ -131,23 +128,13 @@ class Controller:
             notices=self.notices,
             slim=self.slim,
         )
-        self.stamp_repair = StampReconciler(
-            kube,
-            settings=settings,
-            state=self.state,
-            queues=self.queues,
-            writer=self.writer,
-            metrics=self.metrics,
-            notices=self.notices,
-            watched=self.watched,
-        )
         self.gauges = Gauges(
             metrics=self.metrics,
             settings=settings,
             state=self.state,
             queues=self.queues,
             verdicts=self.documents.verdicts,
-            wanted=self.wanted,
+            wanted=wanted_kinds(settings.registry),
         )
         self.guard = GuardWatch(
             kube,
@@ -158,6 +145,27 @@ class Controller:
             gauges=self.gauges,
             dirty=self._dirty,
         )
+        self.supervisor = InformerSupervisor(
+            kube,
+            settings=settings,
+            state=self.state,
+            sink=self,
+            slim=self.slim,
+            guard=self.guard,
+            notices=self.notices,
+            dirty=self._dirty,
+            check_synced=self._check_synced,
+        )
+        self.stamp_repair = StampReconciler(
+            kube,
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            writer=self.writer,
+            metrics=self.metrics,
+            notices=self.notices,
+            watched=self.supervisor.watched,
+        )
 
     @property
     def kube(self) -> Kube:
@@ -166,7 +174,9 @@ class Controller:
     @kube.setter
     def kube(self, kube: Kube) -> None:
         """One API client for every part: replacing it replaces it everywhere."""
-        self._kube = self.signer.kube = self.stamp_repair.kube = self.guard.kube = kube
+        self._kube = self.signer.kube = self.stamp_repair.kube = self.guard.kube = (
+            self.supervisor.kube
+        ) = kube
 
     @property
     def writer(self) -> Writer:
@@ -366,15 +376,8 @@ class Controller:
     def _check_synced(self) -> None:
         if self.synced.is_set():
             return
-        required = (NAMESPACE, CONFIGMAP)
-        if not all(gk in self.informers and self.informers[gk].synced.is_set() for gk in required):
+        if not self.supervisor.synced():
             return
-        for gk in self.wanted:
-            informer = self.informers.get(gk)
-            if gk in self._unserved:
-                continue
-            if informer is None or not informer.settled:
-                return
         self.state.bulk = False
         self.synced.set()
         self.metrics.ready.set(1)
@@ -385,90 +388,18 @@ class Controller:
         self.full_resync()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        waiting = sorted(
-            str(gk)
-            for gk in self.wanted
-            if gk not in self._unserved
-            and (gk not in self.informers or not self.informers[gk].settled)
-        )
         return self.synced.is_set(), {
-            "waiting": waiting,
+            "waiting": self.supervisor.waiting(),
             "leader": self._leading,
             "unavailable": {
                 str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
             },
         }
 
-    def watched(self, gk: GroupKind) -> bool:
-        informer = self.informers.get(gk)
-        return informer is not None and informer.healthy
-
-    # -- discovery supervisor --------------------------------------------------------------
-
-    async def supervise_once(self) -> None:
-        await self.guard.check()
-        try:
-            await self.kube.discovery.refresh()
-        except (KubeError, TimeoutError) as exc:
-            log.warning(
-                "discovery failed; keeping the informers we have", extra={"error": str(exc)}
-            )
-            return
-        for gk in self.wanted:
-            task = self._informer_tasks.get(gk)
-            if task is not None and not task.done():
-                continue
-            resource = self.kube.discovery.cached(gk)
-            if resource is None:
-                if gk not in self._unserved:
-                    self._unserved.add(gk)
-                    self.notices.once(
-                        ("unserved", str(gk)), "kind not served; not watched", kind=str(gk)
-                    )
-                    self.informers.pop(gk, None)
-                    dirty = (
-                        self.state.drop_kind(gk) if gk not in (NAMESPACE, CONFIGMAP) else Dirty()
-                    )
-                    if gk not in (NAMESPACE, CONFIGMAP):
-                        dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
-                    self._dirty(dirty)
-                continue
-            if gk in self._unserved:
-                self._unserved.discard(gk)
-                self.notices.clear(("unserved", str(gk)))
-                log.info("kind now served; starting its informer", extra={"kind": str(gk)})
-            self._start_informer(gk, resource)
-        self._check_synced()
-
-    def _start_informer(self, gk: GroupKind, resource: ApiResource) -> None:
-        informer = Informer(
-            self.kube,
-            resource,
-            gk=gk,
-            sink=self,
-            slim=self.slim,
-            label_selector=self.settings.labels.selector if gk == CONFIGMAP else None,
-            page_size=self.settings.page_size,
-            watch_timeout=self.settings.watch_timeout,
-            forbidden_retry=self.settings.forbidden_retry,
-            sync_timeout=self.settings.sync_timeout,
-            idle_timeout=self.settings.watch_idle_timeout,
-            metadata_only=keeps_metadata_only(self.settings.registry, gk),
-            schema=schema_of(self.settings.registry, gk),
-        )
-        self.informers[gk] = informer
-        self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")
-
-    async def _supervisor(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.rediscovery_interval)
-            await self.supervise_once()
-
     async def _housekeeping(self) -> None:
         while True:
-            for informer in list(self.informers.values()):
-                if informer.degraded and self.state.graph.unavailable.get(informer.gk) is None:
-                    self.status(informer)  # a first list failing for too long
+            for informer in self.supervisor.degraded():
+                self.status(informer)  # a first list failing for too long
             self._check_synced()
             self.stamp_repair.ledger.prune()
             self.gauges.count_work()
@@ -488,8 +419,8 @@ class Controller:
         if gc.isenabled():
             gc.disable()
             self._tasks.append(asyncio.create_task(self._resume_gc(), name="gc"))
-        await self.supervise_once()
-        self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
+        await self.supervisor.supervise_once()
+        self._tasks.append(asyncio.create_task(self.supervisor.run(), name="supervisor"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
         if self.signer.signing is not None and self.signer.signing.path:
             self._tasks.append(asyncio.create_task(self.signer.watch(), name="signing-key"))
@@ -536,7 +467,4 @@ class Controller:
         if self.elector is not None:
             # Called with the writers stopped: nobody writes once the Lease is free.
             await self.elector.release()
-        for task in self._informer_tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._informer_tasks.values(), return_exceptions=True)
-        self._informer_tasks.clear()
+        await self.supervisor.stop()

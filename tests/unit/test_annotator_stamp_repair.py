@@ -160,7 +160,7 @@ def leading_controller(api: Api, objects: Iterable[Obj], **settings: Any) -> Con
         election=None,
     )
     for gk in SERVED:
-        c.informers[gk] = Healthy()  # type: ignore[assignment]
+        c.supervisor.informers[gk] = Healthy()  # type: ignore[assignment]
     c.state.upsert(NAMESPACE, namespace(OPTED_IN, opted_in=True))
     c.state.upsert(NAMESPACE, namespace(ELSEWHERE, opted_in=False))
     for obj in objects:
