@@ -22,29 +22,26 @@ import asyncio
 import contextlib
 import gc
 import logging
-import time
 from typing import Any
 
-from aibom_core.kinds import GroupKind
-from aibom_core.objects import Obj
-from aibom_core.walk import Reason
 from aibom_edge.kube import Kube
-from annotator.cache import ClusterState, Dirty
-from annotator.documents import DocumentReconciler
+from annotator.cache import ClusterState
+from annotator.documents import DocumentReconciler, Verdict
 from annotator.export import Exporter, ExportMetrics
 from annotator.gauges import Gauges
 from annotator.guardwatch import GuardWatch
-from annotator.informer import Informer, InformerState
 from annotator.informers import InformerSupervisor
-from annotator.keys import DocKey, SweepKey
+from annotator.intake import Intake
+from annotator.keys import DocKey, RootKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.notices import Notices
+from annotator.resync import ResyncTracker
 from annotator.settings import Settings, wanted_kinds
 from annotator.signing import Signer
 from annotator.slim import slimmer
-from annotator.stamps import StampReconciler, stamp_scope
+from annotator.stamps import StampReconciler
 from annotator.workqueue import Queues, TokenBucket, WorkQueue
 from annotator.writer import Writer
 
@@ -97,13 +94,31 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        self._resync_task: asyncio.Task[None] | None = None
+        # The last verdict on each root (the document reconciler's; the gauges read it).
+        self.verdicts: dict[RootKey, Verdict] = {}
+        self.resync = ResyncTracker(
+            queues=self.queues,
+            metrics=self.metrics,
+            is_leader=self.is_leader,
+            verdicts=self.verdicts,
+        )
+        self.intake = Intake(
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            metrics=self.metrics,
+            notices=self.notices,
+            synced=self.synced.is_set,
+            leading=self._is_leading,
+            check_synced=self._check_synced,
+            resync=self.resync,
+        )
         self.signer = Signer(
             kube,
             settings.signing,
             is_leader=self.is_leader,
             notices=self.notices,
-            on_rotated=self.full_resync,
+            on_rotated=self.intake.full_resync,
         )
         exporter = (
             Exporter(
@@ -127,13 +142,14 @@ class Controller:
             exporter=exporter,
             notices=self.notices,
             slim=self.slim,
+            verdicts=self.verdicts,
         )
         self.gauges = Gauges(
             metrics=self.metrics,
             settings=settings,
             state=self.state,
             queues=self.queues,
-            verdicts=self.documents.verdicts,
+            verdicts=self.verdicts,
             wanted=wanted_kinds(settings.registry),
         )
         self.guard = GuardWatch(
@@ -143,17 +159,17 @@ class Controller:
             metrics=self.metrics,
             notices=self.notices,
             gauges=self.gauges,
-            dirty=self._dirty,
+            dirty=self.intake.dirty,
         )
         self.supervisor = InformerSupervisor(
             kube,
             settings=settings,
             state=self.state,
-            sink=self,
+            sink=self.intake,
             slim=self.slim,
             guard=self.guard,
             notices=self.notices,
-            dirty=self._dirty,
+            dirty=self.intake.dirty,
             check_synced=self._check_synced,
         )
         self.stamp_repair = StampReconciler(
@@ -202,6 +218,9 @@ class Controller:
         # deadline, not the last value it told us (annotator.leader).
         return self._leading and (self.elector is None or self.elector.is_leader)
 
+    def _is_leading(self) -> bool:
+        return self._leading
+
     def _leadership(self, leading: bool) -> None:
         self._leading = leading
         self.metrics.leader.set(1 if leading else 0)
@@ -213,10 +232,10 @@ class Controller:
         if leading:
             self._start_workers()
             if self.synced.is_set():
-                self.full_resync()
+                self.intake.full_resync()
         else:
             self._stop_workers()
-            self.documents.verdicts.clear()
+            self.verdicts.clear()
 
     def _start_workers(self) -> None:
         if self._workers:
@@ -243,134 +262,6 @@ class Controller:
             await asyncio.gather(*pending, return_exceptions=True)
         self._workers.clear()
 
-    # -- informer sink -------------------------------------------------------------
-
-    def upsert(self, gk: GroupKind, obj: Obj) -> str:
-        self._dirty(self.state.upsert(gk, obj))
-        return self.state.key(gk, obj)
-
-    def delete(self, gk: GroupKind, obj: Obj) -> None:
-        self._dirty(self.state.delete(gk, obj))
-
-    def relisted(self, gk: GroupKind, seen: set[str]) -> None:
-        dirty = Dirty()
-        for key in list(self.state.keys_of_kind(gk)):
-            if key not in seen:
-                dirty.update(self.state.delete_key(gk, key))
-        self._dirty(dirty)
-
-    def restarted(self, gk: GroupKind, reason: str) -> None:
-        self.metrics.watch_restarts.labels(gk.group or "core", gk.kind, reason).inc()
-
-    def status(self, informer: Informer) -> None:
-        gk = informer.gk
-        group = gk.group or "core"
-        for state in InformerState:
-            self.metrics.watch_state.labels(group, gk.kind, state.value).set(
-                1 if informer.state is state else 0
-            )
-        self.metrics.watch_healthy.labels(group, gk.kind).set(1 if informer.healthy else 0)
-        if informer.state is InformerState.FORBIDDEN:
-            self.notices.once(
-                ("forbidden", str(gk)),
-                "cannot list a kind: walks through it end as unresolved (Forbidden)",
-                kind=str(gk),
-                error=informer.last_error,
-            )
-            self._dirty(self.state.set_unavailable(gk, Reason.FORBIDDEN))
-        elif informer.state is InformerState.NO_MATCH:
-            log.warning("kind no longer served; dropping its cache", extra={"kind": str(gk)})
-            dirty = self.state.drop_kind(gk)
-            dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
-            self._dirty(dirty)
-        elif informer.degraded:
-            self.notices.once(
-                ("degraded", str(gk)),
-                "kind cannot be listed; walks through it end unresolved (Timeout) until it can",
-                kind=str(gk),
-                error=informer.last_error,
-            )
-            self._dirty(self.state.set_unavailable(gk, Reason.TIMEOUT))
-        elif informer.state is InformerState.WATCHING:
-            self.notices.clear(("forbidden", str(gk)))
-            self.notices.clear(("degraded", str(gk)))
-            self._dirty(self.state.set_unavailable(gk, None))
-        self._check_synced()
-
-    # -- dirty keys --------------------------------------------------------------------
-
-    def _dirty(self, dirty: Dirty) -> None:
-        if not dirty or not self._leading or not self.synced.is_set():
-            return  # standbys queue nothing; the first sync ends with a full resync
-        if dirty.full:
-            self.full_resync()
-            return
-        for root in dirty.roots:
-            self.docs.add(root)
-        for sweep in dirty.sweeps:
-            self.docs.add(sweep)
-        if self.settings.stamp_mode != "off":
-            scope = stamp_scope(self.settings, self.state)
-            for key in dirty.stamps:
-                ref = self.state.graph.ref(key)
-                if ref is None or (scope is not None and ref.namespace not in scope):
-                    continue
-                # Settle first: the webhook stamped the object from live GETs a
-                # moment ago, and our cache may not have seen its owner yet.
-                self.stamps.add_after(key, self.settings.stamp_settle)
-
-    def full_resync(self) -> None:
-        """Queue every document and every stamp (start of leadership, RBAC/CRD change)."""
-        if not self._leading:
-            return
-        for root in self.state.roots(self.state.opted_in_namespaces()):
-            self.docs.add(root)
-        for ns in self.state.doc_namespaces():
-            self.docs.add(SweepKey(ns))
-        if self.settings.stamp_mode != "off":
-            scope = stamp_scope(self.settings, self.state)
-            for key in list(self.state.graph.keys()):
-                ref = self.state.graph.ref(key)
-                if ref is not None and (scope is None or ref.namespace in scope):
-                    self.stamps.add_after(key, self.settings.stamp_settle)
-        self._track_resync()
-
-    def _track_resync(self) -> None:
-        """Report when the documents of this full resync are all reconciled."""
-        if self._resync_task is not None and not self._resync_task.done():
-            return  # the pending one waits for the same queue to drain
-        try:
-            self._resync_task = asyncio.get_running_loop().create_task(
-                self._resync_converged(self.docs, time.time()), name="resync"
-            )
-        except RuntimeError:  # no loop (unit tests drive the controller synchronously)
-            self._resync_task = None
-
-    async def _resync_converged(self, queue: WorkQueue[DocKey], started: float) -> None:
-        written = self._written()
-        await queue.wait_idle()
-        if queue is not self.docs or not self.is_leader():
-            return  # leadership ended meanwhile: that resync never converged
-        now = time.time()
-        self.metrics.resync_completed.set(now)
-        self.metrics.resync_duration.set(now - started)
-        log.info(
-            "full resync converged",
-            extra={
-                "seconds": round(now - started, 3),
-                "documents_written": self._written() - written,
-                "roots": len(self.documents.verdicts),
-            },
-        )
-
-    def _written(self) -> float:
-        return sum(
-            s.value
-            for metric in self.metrics.documents_written.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        )
-
     # -- readiness ----------------------------------------------------------------------
 
     def _check_synced(self) -> None:
@@ -385,7 +276,7 @@ class Controller:
             "caches synced",
             extra={"objects": len(self.state.graph), "configmaps": len(self.state.configmaps)},
         )
-        self.full_resync()
+        self.intake.full_resync()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         return self.synced.is_set(), {
@@ -399,7 +290,7 @@ class Controller:
     async def _housekeeping(self) -> None:
         while True:
             for informer in self.supervisor.degraded():
-                self.status(informer)  # a first list failing for too long
+                self.intake.status(informer)  # a first list failing for too long
             self._check_synced()
             self.stamp_repair.ledger.prune()
             self.gauges.count_work()
@@ -458,8 +349,8 @@ class Controller:
         self._leading = False
         if self.exporter is not None:
             await self.exporter.stop()
-        if self._resync_task is not None:
-            self._tasks.append(self._resync_task)
+        if self.resync.task is not None:
+            self._tasks.append(self.resync.task)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

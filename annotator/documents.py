@@ -51,6 +51,7 @@ class DocumentReconciler:
         exporter: Exporter | None,
         notices: Notices,
         slim: Callable[[Obj], Obj],
+        verdicts: dict[RootKey, Verdict],
     ) -> None:
         self.settings = settings
         self.state = state
@@ -62,7 +63,7 @@ class DocumentReconciler:
         self.notices = notices
         self.slim = slim
         # The last verdict on each root (current-state gauges; the leader's view).
-        self.verdicts: dict[RootKey, Verdict] = {}
+        self.verdicts = verdicts
         self._events_sent: set[tuple[str, str]] = set()
 
     async def run(self) -> None:

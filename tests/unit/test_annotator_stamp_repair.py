@@ -227,7 +227,7 @@ async def test_opted_in_repairs_only_in_opted_in_namespaces(start: Start) -> Non
     await checked(c.stamps)
     assert len(api.stamp_patches("here")) == 1
     # A change of the object outside the scope is not judged either.
-    c.upsert(DEPLOYMENT, deployment("there", ns=ELSEWHERE, rv=2))
+    c.intake.upsert(DEPLOYMENT, deployment("there", ns=ELSEWHERE, rv=2))
     await checked(c.stamps)
     assert api.stamp_patches("there") == []
     assert len(api.stamp_patches()) == 1
@@ -238,7 +238,7 @@ async def test_off_repairs_nothing(start: Start) -> None:
     api, c = start(objects, stamp_mode="off", stamp_settle=0.0)
     # The controller is leading and working: the opted-in root's document is written.
     await until(api, lambda: len(api.documents()) == 1)
-    c.upsert(DEPLOYMENT, deployment("here", rv=2))
+    c.intake.upsert(DEPLOYMENT, deployment("here", rv=2))
     await checked(c.docs)
     await checked(c.stamps)
     assert api.stamp_patches() == []
@@ -254,12 +254,12 @@ async def test_a_stamp_is_judged_only_after_the_settle_delay(start: Start) -> No
     settle = 1.0
     api, c = start([], stamp_settle=settle)
     changed = time.monotonic()
-    c.upsert(DEPLOYMENT, deployment("late"))
-    c.upsert(DEPLOYMENT, deployment("fixed"))
+    c.intake.upsert(DEPLOYMENT, deployment("late"))
+    c.intake.upsert(DEPLOYMENT, deployment("fixed"))
     # Within the delay the webhook stamps `fixed` (its UPDATE reaches the cache).
     # No await in between, so on any machine this comes before a worker could run
     # (the test waited 50 loop turns here and failed when they took over 1 s).
-    c.upsert(DEPLOYMENT, deployment("fixed", rv=2, stamped=True))
+    c.intake.upsert(DEPLOYMENT, deployment("fixed", rv=2, stamped=True))
     await until(api, lambda: len(api.stamp_patches("late")) == 1)
     # Not judged before the delay (a worker that did not wait would patch at once;
     # a lower bound on the monotonic clock, which no load can make fail).
@@ -279,7 +279,7 @@ async def test_an_object_that_keeps_changing_is_still_judged(start: Start) -> No
     async with asyncio.timeout(10):
         while not api.stamp_patches("busy"):
             changes.append(time.monotonic())
-            c.upsert(DEPLOYMENT, deployment("busy", rv=len(changes)))
+            c.intake.upsert(DEPLOYMENT, deployment("busy", rv=len(changes)))
             await asyncio.sleep(settle / 10)  # changes come faster than the settle delay
     judged = api.stamp_patches("busy")[0].at
     assert judged - changes[0] >= settle
@@ -313,7 +313,7 @@ async def test_document_writes_are_not_held_back_by_the_stamp_bucket(
     api, c = start(objects, stamp_settle=0.0, stamp_qps=0.01, stamp_burst=1)
     await until(api, lambda: len(api.stamp_patches()) == 1 and len(api.documents()) == 2)
     # With the stamp bucket empty, a new root's document is written at once.
-    c.upsert(DEPLOYMENT, deployment("new", stamped=True))
+    c.intake.upsert(DEPLOYMENT, deployment("new", stamped=True))
     await until(api, lambda: any(r.path.endswith("/aibom-deployment-new") for r in api.documents()))
     assert len(api.stamp_patches()) == 1  # the second repair still waits for its token
 
@@ -341,7 +341,7 @@ async def test_a_stamp_undone_after_each_repair_is_left_alone_for_the_window(
         for obj in fighters:
             reverted = copy.deepcopy(obj)
             reverted["metadata"]["resourceVersion"] = str(rv)
-            c.upsert(kind_of(obj), reverted)
+            c.intake.upsert(kind_of(obj), reverted)
 
     await checked(c.stamps)
     assert [len(api.stamp_patches(n)) for n in names] == [1, 1, 1]
@@ -387,7 +387,7 @@ async def test_an_object_whose_root_keeps_changing_is_repaired_every_time(start:
         now[0] += 60.0
         changed = mk("Deployment", "d", owner) if owner is not None else mk("Deployment", "d")
         changed["metadata"]["resourceVersion"] = str(rv)
-        c.upsert(DEPLOYMENT, changed)
+        c.intake.upsert(DEPLOYMENT, changed)
         await checked(c.stamps)
     assert len(api.stamp_patches("d")) == 4
     assert skipped(c, "contested") == 0
