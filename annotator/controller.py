@@ -37,6 +37,7 @@ from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.metrics import Metrics
 from annotator.notices import Notices
+from annotator.probes import Readiness
 from annotator.resync import ResyncTracker
 from annotator.settings import Settings, wanted_kinds
 from annotator.signing import Signer
@@ -172,6 +173,14 @@ class Controller:
             dirty=self.intake.dirty,
             check_synced=self._check_synced,
         )
+        self.readiness = Readiness(
+            self.supervisor,
+            state=self.state,
+            metrics=self.metrics,
+            synced=self.synced,
+            leading=self._is_leading,
+            on_synced=self.intake.full_resync,
+        )
         self.stamp_repair = StampReconciler(
             kube,
             settings=settings,
@@ -262,30 +271,8 @@ class Controller:
             await asyncio.gather(*pending, return_exceptions=True)
         self._workers.clear()
 
-    # -- readiness ----------------------------------------------------------------------
-
     def _check_synced(self) -> None:
-        if self.synced.is_set():
-            return
-        if not self.supervisor.synced():
-            return
-        self.state.bulk = False
-        self.synced.set()
-        self.metrics.ready.set(1)
-        log.info(
-            "caches synced",
-            extra={"objects": len(self.state.graph), "configmaps": len(self.state.configmaps)},
-        )
-        self.intake.full_resync()
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        return self.synced.is_set(), {
-            "waiting": self.supervisor.waiting(),
-            "leader": self._leading,
-            "unavailable": {
-                str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
-            },
-        }
+        self.readiness.check()
 
     async def _housekeeping(self) -> None:
         while True:

@@ -365,7 +365,7 @@ async def _main(
         controller = Controller(kube, settings, election=election, metrics=metrics)
         probes = Probes(
             metrics=metrics,
-            readiness=controller.readiness,
+            readiness=controller.readiness.report,
             host=args.bind_address,
             metrics_port=args.metrics_port,
             health_port=args.health_port,

@@ -28,7 +28,7 @@ def samples(text: str, name: str) -> dict[str, float]:
 async def scrape(c: Controller) -> str:
     probes = Probes(
         metrics=c.metrics,
-        readiness=c.readiness,
+        readiness=c.readiness.report,
         host="127.0.0.1",
         metrics_port=0,
         health_port=0,
