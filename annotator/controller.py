@@ -1,16 +1,20 @@
 """The controller: informers -> cache -> work queues -> reconcilers -> writer.
 
-- A supervisor rediscovers the API every `rediscovery_interval` and runs one
-  informer per kind it wants (tracked kinds, walk-only intermediates,
-  Namespaces, our ConfigMaps): a kind the server does not serve gets none
-  (and is `NoMatch` to the walk), a CRD installed later gets one at the
-  next rediscovery, an informer whose CRD went away ends and its objects
-  leave the cache. One kind's trouble never stops another's informer.
-- Informer events go through `ClusterState`, which says which keys are
-  dirty; the leader queues them. Standbys keep the same warm cache and
-  queue nothing; the leader does one full resync when it starts leading.
-- Reconcilers (`workers` of them for documents, one for stamps) execute the
-  plans of `annotator.plan`: read the cache, write through `Writer`.
+It builds the parts, wires them to one another and runs leadership and the
+workers; each part is a module named for its job (as client-go's
+controllers are):
+
+- `annotator.informers`: the supervisor that rediscovers the API and runs
+  one informer per kind it wants;
+- `annotator.intake`: the informers' sink: events into the cache
+  (`ClusterState`), dirty keys into the queues; standbys keep the same warm
+  cache and queue nothing, the leader does one full resync when it starts
+  leading (`annotator.resync` reports when that converged);
+- `annotator.documents` (`workers` tasks) and `annotator.stamps` (one):
+  the reconcilers, executing the plans of `annotator.plan` through `Writer`;
+- `annotator.signing.Signer`: the key documents are signed with, and its
+  rotation; `annotator.guardwatch`: whether the provenance guard is ours;
+- `annotator.probes.Readiness` and `annotator.gauges`: what is reported.
 
 CPU-heavy work (the walk, the hash, rendering) is pure and short per key;
 only a document too big for a ConfigMap is compressed off the loop.
@@ -199,9 +203,9 @@ class Controller:
     @kube.setter
     def kube(self, kube: Kube) -> None:
         """One API client for every part: replacing it replaces it everywhere."""
-        self._kube = self.signer.kube = self.stamp_repair.kube = self.guard.kube = (
-            self.supervisor.kube
-        ) = kube
+        self._kube = kube
+        self.signer.kube = self.stamp_repair.kube = kube
+        self.guard.kube = self.supervisor.kube = kube
 
     @property
     def writer(self) -> Writer:
