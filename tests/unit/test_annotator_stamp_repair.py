@@ -27,8 +27,8 @@ from aibom_core.kinds import NAMESPACE, GroupKind, default_registry
 from aibom_core.objects import Obj
 from aibom_edge.kube import ApiResource, KubeResponse
 from annotator.controller import Controller
+from annotator.flags import settings_of
 from annotator.ledger import RepairLedger
-from annotator.main import settings_of
 from annotator.settings import Settings
 from annotator.workqueue import WorkQueue
 from annotator.writer import APPLY, MERGE
