@@ -178,7 +178,8 @@ class Controller:
             check_synced=self._check_synced,
         )
         self.readiness = Readiness(
-            self.supervisor,
+            kinds_synced=self.supervisor.synced,
+            waiting=self.supervisor.waiting,
             state=self.state,
             metrics=self.metrics,
             synced=self.synced,

@@ -23,7 +23,6 @@ from aiohttp import web
 
 from aibom_edge.metrics import exposition
 from annotator.cache import ClusterState
-from annotator.informers import InformerSupervisor
 from annotator.metrics import Metrics
 
 log = logging.getLogger("annotator")
@@ -32,15 +31,17 @@ log = logging.getLogger("annotator")
 class Readiness:
     def __init__(
         self,
-        supervisor: InformerSupervisor,
         *,
+        kinds_synced: Callable[[], bool],
+        waiting: Callable[[], list[str]],
         state: ClusterState,
         metrics: Metrics,
         synced: asyncio.Event,
         leading: Callable[[], bool],
         on_synced: Callable[[], None],
     ) -> None:
-        self.supervisor = supervisor
+        self._kinds_synced = kinds_synced  # every kind's first list settled (or not served)
+        self._waiting = waiting  # the kinds still waited on
         self.state = state
         self.metrics = metrics
         self.synced = synced
@@ -51,7 +52,7 @@ class Readiness:
         """Set `synced` once every kind's first list has settled."""
         if self.synced.is_set():
             return
-        if not self.supervisor.synced():
+        if not self._kinds_synced():
             return
         self.state.bulk = False
         self.synced.set()
@@ -65,7 +66,7 @@ class Readiness:
     def report(self) -> tuple[bool, dict[str, Any]]:
         """What `/readyz` answers: synced, and the detail."""
         return self.synced.is_set(), {
-            "waiting": self.supervisor.waiting(),
+            "waiting": self._waiting(),
             "leader": self._leading(),
             "unavailable": {
                 str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
