@@ -2,9 +2,20 @@
 
 Layers, top-down (each may import the ones below it, never the other way):
 
-- ``main``: the ``aibom-rollup annotator`` command (flags, logging, signals).
-- ``controller``: wires informers, the cache, the work queues, the leader
-  elector, the writers and the HTTP probes together; the reconcile loop.
+- ``main``: the ``aibom-rollup annotator`` command (logging, signals, the
+  probes and the controller); ``flags``: its flags, their bounds and the one
+  ``Options`` they make.
+- ``controller``: builds the parts below and wires them together (one cache,
+  the work queues, the writer, the leader elector); runs leadership and the
+  workers. Its parts, one job each:
+  ``informers`` (the supervisor: rediscovery, one informer per wanted kind),
+  ``intake`` (the informers' sink: events into the cache, dirty keys into the
+  queues, the full resync), ``resync`` (when a full resync converged),
+  ``documents`` (the document reconciler: render, sign, fit, export, write,
+  sweep), ``stamps`` (the stamp reconciler), ``guardwatch`` (whether the
+  provenance guard is ours), ``gauges`` (the current-state gauges).
+- ``settings``: the controller's ``Settings``, read by every part.
+- ``signing``: the signing key, its publishing and its rotation (``Signer``).
 - ``informer``: list+watch of one resource (resourceVersion, bookmarks,
   relist on 410 Gone, backoff), feeding ``cache``.
 - ``leader``: Lease-based leader election (the async driver of a pure
@@ -12,8 +23,10 @@ Layers, top-down (each may import the ones below it, never the other way):
 - ``writer``: every write the annotator makes (server-side apply of
   ConfigMaps, preconditioned deletes, stamp merge patches, Events), gated on
   leadership and counted.
-- ``probes``: ``/metrics``, ``/healthz``, ``/readyz`` (aiohttp).
-- ``metrics``: Prometheus collectors (log lines: ``aibom_edge.logs``, shared).
+- ``probes``: ``/metrics``, ``/healthz``, ``/readyz`` (aiohttp), and the
+  readiness they report.
+- ``metrics``: Prometheus collectors (log lines: ``aibom_edge.logs``, shared);
+  ``notices``: warnings logged once per cause.
 - Pure, no I/O and no ``await`` (held to it by ``lint-imports``, as the core
   is): ``cache`` (the watch-fed state: ownership graph, namespaces, our
   ConfigMaps; which keys an event dirties), ``plan`` (what one reconcile must

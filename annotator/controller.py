@@ -1,16 +1,20 @@
 """The controller: informers -> cache -> work queues -> reconcilers -> writer.
 
-- A supervisor rediscovers the API every `rediscovery_interval` and runs one
-  informer per kind it wants (tracked kinds, walk-only intermediates,
-  Namespaces, our ConfigMaps): a kind the server does not serve gets none
-  (and is `NoMatch` to the walk), a CRD installed later gets one at the
-  next rediscovery, an informer whose CRD went away ends and its objects
-  leave the cache. One kind's trouble never stops another's informer.
-- Informer events go through `ClusterState`, which says which keys are
-  dirty; the leader queues them. Standbys keep the same warm cache and
-  queue nothing; the leader does one full resync when it starts leading.
-- Reconcilers (`workers` of them for documents, one for stamps) execute the
-  plans of `annotator.plan`: read the cache, write through `Writer`.
+It builds the parts, wires them to one another and runs leadership and the
+workers; each part is a module named for its job (as client-go's
+controllers are):
+
+- `annotator.informers`: the supervisor that rediscovers the API and runs
+  one informer per kind it wants;
+- `annotator.intake`: the informers' sink: events into the cache
+  (`ClusterState`), dirty keys into the queues; standbys keep the same warm
+  cache and queue nothing, the leader does one full resync when it starts
+  leading (`annotator.resync` reports when that converged);
+- `annotator.documents` (`workers` tasks) and `annotator.stamps` (one):
+  the reconcilers, executing the plans of `annotator.plan` through `Writer`;
+- `annotator.signing.Signer`: the key documents are signed with, and its
+  rotation; `annotator.guardwatch`: whether the provenance guard is ours;
+- `annotator.probes.Readiness` and `annotator.gauges`: what is reported.
 
 CPU-heavy work (the walk, the hash, rendering) is pure and short per key;
 only a document too big for a ConfigMap is compressed off the loop.
@@ -20,105 +24,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
-import time
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from aibom_core.bom import render
-from aibom_core.document import DocLabels
-from aibom_core.guard import BINDING_NAME, POLICY_NAME, in_force
-from aibom_core.kinds import CONFIGMAP, NAMESPACE, GroupKind, KindRegistry
-from aibom_core.objects import Obj, metadata
-from aibom_core.opt_in import DEFAULT_OPT_IN
-from aibom_core.stamp import Keys
-from aibom_core.trail import RootId
-from aibom_core.walk import DEFAULT_MAX_DEPTH, Reason
-from aibom_edge.kube import ApiResource, Kube, KubeError
-from aibom_edge.reflector import DEFAULT_PAGE_SIZE
-from annotator.cache import ClusterState, Dirty
-from annotator.configmap import FOREIGN_DATA, MAX_DATA_BYTES, Payload, configmap_body, fit
-from annotator.export import BacklogWriteError, Exporter, ExportMetrics, ExportSettings
-from annotator.informer import Informer, InformerState
-from annotator.keys import DocKey, RootKey, SweepKey
+from aibom_edge.kube import Kube
+from annotator.cache import ClusterState
+from annotator.documents import DocumentReconciler, Verdict
+from annotator.export import Exporter, ExportMetrics
+from annotator.gauges import Gauges
+from annotator.guardwatch import GuardWatch
+from annotator.informers import InformerSupervisor
+from annotator.intake import Intake
+from annotator.keys import DocKey, RootKey
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
-from annotator.ledger import RepairLedger
 from annotator.metrics import Metrics
-from annotator.plan import (
-    DocRef,
-    Outcome,
-    RootPlan,
-    plan_root,
-    plan_stamp,
-    plan_sweep,
-    sources_salt,
-)
-from annotator.signing import KEY_RECHECK, Signing, publish
-from annotator.slim import keeps_metadata_only, schema_of, slimmer
-from annotator.workqueue import QueueShutDown, TokenBucket, WorkQueue
-from annotator.writer import NotLeader, WriteError, Writer
+from annotator.notices import Notices
+from annotator.probes import Readiness
+from annotator.resync import ResyncTracker
+from annotator.settings import Settings, wanted_kinds
+from annotator.signing import Signer
+from annotator.slim import slimmer
+from annotator.stamps import StampReconciler
+from annotator.workqueue import Queues, TokenBucket, WorkQueue
+from annotator.writer import Writer
 
 log = logging.getLogger("annotator")
-
-STAMP_MODES = ("opted-in", "all", "off")
-
-
-def wanted_kinds(registry: KindRegistry) -> tuple[GroupKind, ...]:
-    """Every kind the annotator lists and watches, in order: the registry's tracked and
-    walk-only kinds, Namespaces and (ours, by label) ConfigMaps."""
-    return tuple(sorted(registry.tracked | registry.walk_only | {NAMESPACE, CONFIGMAP}))
-
-
-@dataclass(frozen=True)
-class Settings:
-    registry: KindRegistry
-    tool_version: str
-    keys: Keys = field(default_factory=Keys)
-    namespace_label: tuple[str, str] = DEFAULT_OPT_IN
-    max_depth: int = DEFAULT_MAX_DEPTH
-    workers: int = 16  # writes in flight; etcd batches concurrent writes
-    page_size: int = DEFAULT_PAGE_SIZE
-    watch_timeout: int = 300
-    rediscovery_interval: float = 30.0
-    stamp_mode: str = "opted-in"
-    stamp_settle: float = 2.0
-    write_qps: float = 500.0  # a cap near the API server's own rate (docs)
-    write_burst: int = 500
-    stamp_qps: float = 10.0
-    stamp_burst: int = 50
-    size_limit: int = MAX_DATA_BYTES
-    forbidden_retry: float = 30.0
-    sync_timeout: float = 30.0
-    watch_idle_timeout: float = 90.0
-    # Provenance: the webhook's edge-proof key; trust every edge instead.
-    provenance_key: bytes | None = None
-    trust_owner_references: bool = False
-    signing: Signing | None = None  # sign every document (annotator.signing)
-    export: ExportSettings | None = None  # push every version to a registry (annotator.export)
-
-    @property
-    def generator(self) -> str:
-        return f"aibom-rollup/{self.tool_version}"
-
-    @property
-    def labels(self) -> DocLabels:
-        return DocLabels(self.keys.prefix)
-
-    @functools.cached_property
-    def sources_salt(self) -> str:
-        """What besides the objects a document depends on (`annotator.plan.sources_salt`)."""
-        return sources_salt(
-            self.registry,
-            tool_version=self.tool_version,
-            prefix=self.keys.prefix,
-            trust_all=self.trust_owner_references,
-            max_depth=self.max_depth,
-            provenance_key=self.provenance_key,
-        )
 
 
 class Controller:
@@ -130,7 +62,7 @@ class Controller:
         election: ElectionConfig | None,
         metrics: Metrics | None = None,
     ) -> None:
-        self.kube = kube
+        self._kube = kube
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.metrics.watch_requests(lambda: dict(kube.requests))
@@ -149,25 +81,16 @@ class Controller:
             trust_all=settings.trust_owner_references,
         )
         self.slim = slimmer(settings.registry, stamp_prefix=settings.keys.prefix)
-        self.wanted = wanted_kinds(settings.registry)
-        self.informers: dict[GroupKind, Informer] = {}
-        self._informer_tasks: dict[GroupKind, asyncio.Task[None]] = {}
-        self._unserved: set[GroupKind] = set()
-        self.docs: WorkQueue[DocKey] = self._doc_queue()
-        self.stamps: WorkQueue[str] = WorkQueue("stamps")
+        self.queues = Queues()
         self._workers: list[asyncio.Task[None]] = []
         self._tasks: list[asyncio.Task[Any]] = []
         self.synced = asyncio.Event()
-        self._logged: set[tuple[str, ...]] = set()
-        self._events_sent: set[tuple[str, str]] = set()
-        self._unproven_reported: set[str] = set()
-        self._guard_seen: tuple[bool, bool] = (False, False)  # (binding found, in force)
-        self.ledger = RepairLedger(now=time.monotonic)
+        self.notices = Notices()
         self.identity = election.identity if election else "annotator"
         self.elector = (
             LeaderElector(kube, election, on_change=self._leadership) if election else None
         )
-        self.writer = Writer(
+        self._writer = Writer(
             kube,
             is_leader=self.is_leader,
             bucket=TokenBucket(settings.write_qps, settings.write_burst),
@@ -176,13 +99,33 @@ class Controller:
             lease_left=self.elector.remaining if self.elector is not None else None,
         )
         self._leading = election is None
-        # The last verdict on each root (current-state gauges; the leader's view).
-        self.verdicts: dict[RootKey, tuple[Outcome, str, tuple[str, ...]]] = {}
-        self._key_published = asyncio.Lock()
-        self._published_kid: str | None = None
-        self._resync_task: asyncio.Task[None] | None = None
-        self.signing = settings.signing  # replaced when the key file changes
-        self.exporter = (
+        # The last verdict on each root (the document reconciler's; the gauges read it).
+        self.verdicts: dict[RootKey, Verdict] = {}
+        self.resync = ResyncTracker(
+            queues=self.queues,
+            metrics=self.metrics,
+            is_leader=self.is_leader,
+            verdicts=self.verdicts,
+        )
+        self.intake = Intake(
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            metrics=self.metrics,
+            notices=self.notices,
+            synced=self.synced.is_set,
+            leading=self._is_leading,
+            check_synced=self._check_synced,
+            resync=self.resync,
+        )
+        self.signer = Signer(
+            kube,
+            settings.signing,
+            is_leader=self.is_leader,
+            notices=self.notices,
+            on_rotated=self.intake.full_resync,
+        )
+        exporter = (
             Exporter(
                 kube,
                 settings.export,
@@ -193,9 +136,94 @@ class Controller:
             if settings.export is not None
             else None
         )
+        self.exporter = exporter
+        self.documents = DocumentReconciler(
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            writer=self.writer,
+            metrics=self.metrics,
+            signer=self.signer,
+            exporter=exporter,
+            notices=self.notices,
+            slim=self.slim,
+            verdicts=self.verdicts,
+        )
+        self.gauges = Gauges(
+            metrics=self.metrics,
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            verdicts=self.verdicts,
+            wanted=wanted_kinds(settings.registry),
+        )
+        self.guard = GuardWatch(
+            kube,
+            settings=settings,
+            state=self.state,
+            metrics=self.metrics,
+            notices=self.notices,
+            gauges=self.gauges,
+            dirty=self.intake.dirty,
+        )
+        self.supervisor = InformerSupervisor(
+            kube,
+            settings=settings,
+            state=self.state,
+            sink=self.intake,
+            slim=self.slim,
+            guard=self.guard,
+            notices=self.notices,
+            dirty=self.intake.dirty,
+            check_synced=self._check_synced,
+        )
+        self.readiness = Readiness(
+            kinds_synced=self.supervisor.synced,
+            waiting=self.supervisor.waiting,
+            state=self.state,
+            metrics=self.metrics,
+            synced=self.synced,
+            leading=self._is_leading,
+            on_synced=self.intake.full_resync,
+        )
+        self.stamp_repair = StampReconciler(
+            kube,
+            settings=settings,
+            state=self.state,
+            queues=self.queues,
+            writer=self.writer,
+            metrics=self.metrics,
+            notices=self.notices,
+            watched=self.supervisor.watched,
+        )
 
-    def _doc_queue(self) -> WorkQueue[DocKey]:
-        return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
+    @property
+    def kube(self) -> Kube:
+        return self._kube
+
+    @kube.setter
+    def kube(self, kube: Kube) -> None:
+        """One API client for every part: replacing it replaces it everywhere."""
+        self._kube = kube
+        self.signer.kube = self.stamp_repair.kube = kube
+        self.guard.kube = self.supervisor.kube = kube
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @writer.setter
+    def writer(self, writer: Writer) -> None:
+        """One writer for every part: replacing it replaces it everywhere."""
+        self._writer = self.documents.writer = self.stamp_repair.writer = writer
+
+    @property
+    def docs(self) -> WorkQueue[DocKey]:
+        return self.queues.docs
+
+    @property
+    def stamps(self) -> WorkQueue[str]:
+        return self.queues.stamps
 
     # -- leadership -------------------------------------------------------------
 
@@ -203,6 +231,9 @@ class Controller:
         # Fenced: the elector's answer is read now, against its renew
         # deadline, not the last value it told us (annotator.leader).
         return self._leading and (self.elector is None or self.elector.is_leader)
+
+    def _is_leading(self) -> bool:
+        return self._leading
 
     def _leadership(self, leading: bool) -> None:
         self._leading = leading
@@ -215,7 +246,7 @@ class Controller:
         if leading:
             self._start_workers()
             if self.synced.is_set():
-                self.full_resync()
+                self.intake.full_resync()
         else:
             self._stop_workers()
             self.verdicts.clear()
@@ -223,24 +254,21 @@ class Controller:
     def _start_workers(self) -> None:
         if self._workers:
             return
-        self.docs = self._doc_queue()
-        self.stamps = WorkQueue("stamps")
+        self.queues.renew()
         for i in range(self.settings.workers):
-            self._workers.append(asyncio.create_task(self._doc_worker(), name=f"doc-worker-{i}"))
+            self._workers.append(asyncio.create_task(self.documents.run(), name=f"doc-worker-{i}"))
         if self.settings.stamp_mode != "off":
-            self._workers.append(asyncio.create_task(self._stamp_worker(), name="stamp-worker"))
+            self._workers.append(asyncio.create_task(self.stamp_repair.run(), name="stamp-worker"))
 
     def _stop_workers(self) -> None:
-        self.docs.shut_down()
-        self.stamps.shut_down()
+        self.queues.shut_down()
         for task in self._workers:
             task.cancel()
         self._workers.clear()
 
     async def _drain_workers(self, timeout: float) -> None:
         """Let in-flight reconciles finish (graceful shutdown), then cancel the rest."""
-        self.docs.shut_down()
-        self.stamps.shut_down()
+        self.queues.shut_down()
         if self._workers:
             _, pending = await asyncio.wait(self._workers, timeout=timeout)
             for task in pending:
@@ -248,350 +276,18 @@ class Controller:
             await asyncio.gather(*pending, return_exceptions=True)
         self._workers.clear()
 
-    # -- informer sink -------------------------------------------------------------
-
-    def upsert(self, gk: GroupKind, obj: Obj) -> str:
-        self._dirty(self.state.upsert(gk, obj))
-        return self.state.key(gk, obj)
-
-    def delete(self, gk: GroupKind, obj: Obj) -> None:
-        self._dirty(self.state.delete(gk, obj))
-
-    def relisted(self, gk: GroupKind, seen: set[str]) -> None:
-        dirty = Dirty()
-        for key in list(self.state.keys_of_kind(gk)):
-            if key not in seen:
-                dirty.update(self.state.delete_key(gk, key))
-        self._dirty(dirty)
-
-    def restarted(self, gk: GroupKind, reason: str) -> None:
-        self.metrics.watch_restarts.labels(gk.group or "core", gk.kind, reason).inc()
-
-    def status(self, informer: Informer) -> None:
-        gk = informer.gk
-        group = gk.group or "core"
-        for state in InformerState:
-            self.metrics.watch_state.labels(group, gk.kind, state.value).set(
-                1 if informer.state is state else 0
-            )
-        self.metrics.watch_healthy.labels(group, gk.kind).set(1 if informer.healthy else 0)
-        if informer.state is InformerState.FORBIDDEN:
-            self._once(
-                ("forbidden", str(gk)),
-                "cannot list a kind: walks through it end as unresolved (Forbidden)",
-                kind=str(gk),
-                error=informer.last_error,
-            )
-            self._dirty(self.state.set_unavailable(gk, Reason.FORBIDDEN))
-        elif informer.state is InformerState.NO_MATCH:
-            log.warning("kind no longer served; dropping its cache", extra={"kind": str(gk)})
-            dirty = self.state.drop_kind(gk)
-            dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
-            self._dirty(dirty)
-        elif informer.degraded:
-            self._once(
-                ("degraded", str(gk)),
-                "kind cannot be listed; walks through it end unresolved (Timeout) until it can",
-                kind=str(gk),
-                error=informer.last_error,
-            )
-            self._dirty(self.state.set_unavailable(gk, Reason.TIMEOUT))
-        elif informer.state is InformerState.WATCHING:
-            self._logged.discard(("forbidden", str(gk)))
-            self._logged.discard(("degraded", str(gk)))
-            self._dirty(self.state.set_unavailable(gk, None))
-        self._check_synced()
-
-    # -- dirty keys --------------------------------------------------------------------
-
-    def _dirty(self, dirty: Dirty) -> None:
-        if not dirty or not self._leading or not self.synced.is_set():
-            return  # standbys queue nothing; the first sync ends with a full resync
-        if dirty.full:
-            self.full_resync()
-            return
-        for root in dirty.roots:
-            self.docs.add(root)
-        for sweep in dirty.sweeps:
-            self.docs.add(sweep)
-        if self.settings.stamp_mode != "off":
-            scope = self._stamp_scope()
-            for key in dirty.stamps:
-                ref = self.state.graph.ref(key)
-                if ref is None or (scope is not None and ref.namespace not in scope):
-                    continue
-                # Settle first: the webhook stamped the object from live GETs a
-                # moment ago, and our cache may not have seen its owner yet.
-                self.stamps.add_after(key, self.settings.stamp_settle)
-
-    def full_resync(self) -> None:
-        """Queue every document and every stamp (start of leadership, RBAC/CRD change)."""
-        if not self._leading:
-            return
-        for root in self.state.roots(self.state.opted_in_namespaces()):
-            self.docs.add(root)
-        for ns in self.state.doc_namespaces():
-            self.docs.add(SweepKey(ns))
-        if self.settings.stamp_mode != "off":
-            scope = self._stamp_scope()
-            for key in list(self.state.graph.keys()):
-                ref = self.state.graph.ref(key)
-                if ref is not None and (scope is None or ref.namespace in scope):
-                    self.stamps.add_after(key, self.settings.stamp_settle)
-        self._track_resync()
-
-    def _track_resync(self) -> None:
-        """Report when the documents of this full resync are all reconciled."""
-        if self._resync_task is not None and not self._resync_task.done():
-            return  # the pending one waits for the same queue to drain
-        try:
-            self._resync_task = asyncio.get_running_loop().create_task(
-                self._resync_converged(self.docs, time.time()), name="resync"
-            )
-        except RuntimeError:  # no loop (unit tests drive the controller synchronously)
-            self._resync_task = None
-
-    async def _resync_converged(self, queue: WorkQueue[DocKey], started: float) -> None:
-        written = self._written()
-        await queue.wait_idle()
-        if queue is not self.docs or not self.is_leader():
-            return  # leadership ended meanwhile: that resync never converged
-        now = time.time()
-        self.metrics.resync_completed.set(now)
-        self.metrics.resync_duration.set(now - started)
-        log.info(
-            "full resync converged",
-            extra={
-                "seconds": round(now - started, 3),
-                "documents_written": self._written() - written,
-                "roots": len(self.verdicts),
-            },
-        )
-
-    def _written(self) -> float:
-        return sum(
-            s.value
-            for metric in self.metrics.documents_written.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        )
-
-    def _stamp_scope(self) -> frozenset[str] | None:
-        if self.settings.stamp_mode == "all":
-            return None
-        return self.state.opted_in_set
-
-    # -- readiness ----------------------------------------------------------------------
-
     def _check_synced(self) -> None:
-        if self.synced.is_set():
-            return
-        required = (NAMESPACE, CONFIGMAP)
-        if not all(gk in self.informers and self.informers[gk].synced.is_set() for gk in required):
-            return
-        for gk in self.wanted:
-            informer = self.informers.get(gk)
-            if gk in self._unserved:
-                continue
-            if informer is None or not informer.settled:
-                return
-        self.state.bulk = False
-        self.synced.set()
-        self.metrics.ready.set(1)
-        log.info(
-            "caches synced",
-            extra={"objects": len(self.state.graph), "configmaps": len(self.state.configmaps)},
-        )
-        self.full_resync()
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        waiting = sorted(
-            str(gk)
-            for gk in self.wanted
-            if gk not in self._unserved
-            and (gk not in self.informers or not self.informers[gk].settled)
-        )
-        return self.synced.is_set(), {
-            "waiting": waiting,
-            "leader": self._leading,
-            "unavailable": {
-                str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
-            },
-        }
-
-    def watched(self, gk: GroupKind) -> bool:
-        informer = self.informers.get(gk)
-        return informer is not None and informer.healthy
-
-    # -- discovery supervisor --------------------------------------------------------------
-
-    async def check_guard(self) -> None:
-        """Whether the guard the API server enforces is ours (`aibom_core.guard.in_force`:
-        the policy and its binding exist, deny, select our opt-in label); report
-        opted-in namespaces whose guard is opted out, and count unproven edges."""
-        settings = self.settings
-        try:
-            binding = await self.kube.admission_policy_object(
-                "validatingadmissionpolicybindings", BINDING_NAME, timeout=10
-            )
-            policy = await self.kube.admission_policy_object(
-                "validatingadmissionpolicies", POLICY_NAME, timeout=10
-            )
-        except (KubeError, TimeoutError) as exc:
-            self._once(
-                ("guard-binding",),
-                "cannot read the provenance guard's policy and binding: no namespace counts "
-                "as guarded",
-                binding=BINDING_NAME,
-                error=str(exc)[:300],
-            )
-            binding = policy = None
-            why: str | None = "unreadable"
-        else:
-            why = in_force(policy, binding, settings.registry, settings.namespace_label)
-        found = binding is not None
-        guarding = why is None
-        if (found, guarding) != self._guard_seen:
-            self._guard_seen = (found, guarding)
-            msg = "provenance guard binding " + ("found" if found else "absent")
-            if found and not guarding:
-                msg += ", but it does not guard the opted-in namespaces: " + str(why)
-            log.log(
-                logging.INFO if guarding or not found else logging.WARNING,
-                msg,
-                extra={"binding": BINDING_NAME, "guarding": guarding},
-            )
-        self.metrics.guard_in_force.set(1 if guarding else 0)
-        self._dirty(self.state.set_binding(guarding))
-        disabled = [ns for ns in self.state.opted_in_namespaces() if self.state.guard_disabled(ns)]
-        self.metrics.guard_disabled.set(len(disabled))
-        for ns in disabled:
-            self._once(
-                ("guard-disabled", ns),
-                "opted-in namespace has the provenance guard disabled: nothing refuses a "
-                "forged ownerReference there at admission",
-                namespace=ns,
-            )
-        self.report_unproven()
-
-    def report_unproven(self) -> None:
-        unproven, mismatched = self.state.unproven_edges()
-        for gauge, counts in (
-            (self.metrics.unproven_edges, unproven),
-            (self.metrics.adopted_mismatch, mismatched),
-        ):
-            for ns in self._unproven_reported - set(counts):
-                gauge.labels(ns).set(0)
-            for ns, n in counts.items():
-                gauge.labels(ns).set(n)
-        self._unproven_reported = set(unproven) | set(mismatched)
-
-    async def supervise_once(self) -> None:
-        await self.check_guard()
-        try:
-            await self.kube.discovery.refresh()
-        except (KubeError, TimeoutError) as exc:
-            log.warning(
-                "discovery failed; keeping the informers we have", extra={"error": str(exc)}
-            )
-            return
-        for gk in self.wanted:
-            task = self._informer_tasks.get(gk)
-            if task is not None and not task.done():
-                continue
-            resource = self.kube.discovery.cached(gk)
-            if resource is None:
-                if gk not in self._unserved:
-                    self._unserved.add(gk)
-                    self._once(("unserved", str(gk)), "kind not served; not watched", kind=str(gk))
-                    self.informers.pop(gk, None)
-                    dirty = (
-                        self.state.drop_kind(gk) if gk not in (NAMESPACE, CONFIGMAP) else Dirty()
-                    )
-                    if gk not in (NAMESPACE, CONFIGMAP):
-                        dirty.update(self.state.set_unavailable(gk, Reason.NO_MATCH))
-                    self._dirty(dirty)
-                continue
-            if gk in self._unserved:
-                self._unserved.discard(gk)
-                self._logged.discard(("unserved", str(gk)))
-                log.info("kind now served; starting its informer", extra={"kind": str(gk)})
-            self._start_informer(gk, resource)
-        self._check_synced()
-
-    def _start_informer(self, gk: GroupKind, resource: ApiResource) -> None:
-        informer = Informer(
-            self.kube,
-            resource,
-            gk=gk,
-            sink=self,
-            slim=self.slim,
-            label_selector=self.settings.labels.selector if gk == CONFIGMAP else None,
-            page_size=self.settings.page_size,
-            watch_timeout=self.settings.watch_timeout,
-            forbidden_retry=self.settings.forbidden_retry,
-            sync_timeout=self.settings.sync_timeout,
-            idle_timeout=self.settings.watch_idle_timeout,
-            metadata_only=keeps_metadata_only(self.settings.registry, gk),
-            schema=schema_of(self.settings.registry, gk),
-        )
-        self.informers[gk] = informer
-        self._informer_tasks[gk] = asyncio.create_task(informer.run(), name=f"informer-{gk}")
-
-    async def _supervisor(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.rediscovery_interval)
-            await self.supervise_once()
+        self.readiness.check()
 
     async def _housekeeping(self) -> None:
         while True:
-            for informer in list(self.informers.values()):
-                if informer.degraded and self.state.graph.unavailable.get(informer.gk) is None:
-                    self.status(informer)  # a first list failing for too long
+            for informer in self.supervisor.degraded():
+                self.intake.status(informer)  # a first list failing for too long
             self._check_synced()
-            self.ledger.prune()
-            self.metrics.queue_depth.labels("documents").set(len(self.docs))
-            self.metrics.queue_depth.labels("stamps").set(len(self.stamps))
-            counts = dict(self.state.kind_counts)
-            counts[CONFIGMAP] = len(self.state.configmaps)
-            counts[NAMESPACE] = len(self.state.namespaces)
-            for gk in self.wanted:
-                self.metrics.cached_objects.labels(gk.group or "core", gk.kind).set(
-                    counts.get(gk, 0)
-                )
-            self.refresh_gauges()
+            self.stamp_repair.ledger.prune()
+            self.gauges.count_work()
+            self.gauges.refresh()
             await asyncio.sleep(2.0)
-
-    def refresh_gauges(self) -> None:
-        """Set the current-state gauges from the verdicts and the cache (docs/annotator.md)."""
-        m = self.metrics
-        roots: Counter[str] = Counter()
-        rolled: Counter[str] = Counter()
-        unresolved: Counter[tuple[str, str]] = Counter()
-        for key, (outcome, reason, owned) in self.verdicts.items():
-            roots[key.kind] += 1
-            rolled.update(owned)
-            if outcome is Outcome.ROLLUP_UNRESOLVED:
-                unresolved[key.kind, reason] += 1
-        encodings: Counter[str] = Counter()
-        enc_key = self.settings.labels.encoding
-        for cm in self.state.configmaps.values():
-            meta = cm.get("metadata") or {}
-            ann = meta.get("annotations") or {}
-            labels = meta.get("labels") or {}
-            encodings[str(ann.get(enc_key) or labels.get(enc_key) or "json")] += 1
-        for gauge, values in (
-            (m.roots, roots),
-            (m.rolled_up_objects, rolled),
-            (m.documents, encodings),
-        ):
-            gauge.clear()
-            for label, n in sorted(values.items()):
-                gauge.labels(label).set(n)
-        m.unresolved_roots.clear()
-        for (kind, reason), n in sorted(unresolved.items()):
-            m.unresolved_roots.labels(kind, reason).set(n)
-        self.report_unproven()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -606,11 +302,11 @@ class Controller:
         if gc.isenabled():
             gc.disable()
             self._tasks.append(asyncio.create_task(self._resume_gc(), name="gc"))
-        await self.supervise_once()
-        self._tasks.append(asyncio.create_task(self._supervisor(), name="supervisor"))
+        await self.supervisor.supervise_once()
+        self._tasks.append(asyncio.create_task(self.supervisor.run(), name="supervisor"))
         self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
-        if self.signing is not None and self.signing.path:
-            self._tasks.append(asyncio.create_task(self._watch_signing_key(), name="signing-key"))
+        if self.signer.signing is not None and self.signer.signing.path:
+            self._tasks.append(asyncio.create_task(self.signer.watch(), name="signing-key"))
         if self.elector is not None:
             self._tasks.append(asyncio.create_task(self.elector.run(), name="elector"))
         else:
@@ -645,8 +341,8 @@ class Controller:
         self._leading = False
         if self.exporter is not None:
             await self.exporter.stop()
-        if self._resync_task is not None:
-            self._tasks.append(self._resync_task)
+        if self.resync.task is not None:
+            self._tasks.append(self.resync.task)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -654,391 +350,4 @@ class Controller:
         if self.elector is not None:
             # Called with the writers stopped: nobody writes once the Lease is free.
             await self.elector.release()
-        for task in self._informer_tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._informer_tasks.values(), return_exceptions=True)
-        self._informer_tasks.clear()
-
-    # -- document reconciles --------------------------------------------------------------------
-
-    async def _doc_worker(self) -> None:
-        while True:
-            try:
-                key = await self.docs.get()
-            except QueueShutDown:
-                return
-            started = time.perf_counter()
-            result = "error"
-            try:
-                if isinstance(key, SweepKey):
-                    result = await self._sweep(key)
-                else:
-                    result = await self.reconcile(key)
-                self.docs.forget(key)
-            except NotLeader:
-                result = "not_leader"
-            except asyncio.CancelledError:
-                raise
-            except (WriteError, KubeError, TimeoutError) as exc:
-                delay = self.docs.add_rate_limited(key)
-                self.metrics.errors.labels("reconcile").inc()
-                log.warning(
-                    "reconcile failed; will retry",
-                    extra={"key": str(key), "error": str(exc)[:500], "retry_in_s": round(delay, 3)},
-                )
-            except Exception:
-                delay = self.docs.add_rate_limited(key)
-                self.metrics.errors.labels("reconcile").inc()
-                log.exception("reconcile crashed (a bug); will retry", extra={"key": str(key)})
-            finally:
-                self.docs.done(key)
-                self.metrics.reconcile_duration.labels("documents", result).observe(
-                    time.perf_counter() - started
-                )
-            await asyncio.sleep(0)
-
-    async def reconcile(self, key: RootKey) -> str:
-        plan = plan_root(
-            self.state,
-            key,
-            generator=self.settings.generator,
-            tool_version=self.settings.tool_version,
-            signed_by=self._signed_by(),
-            salt=self.settings.sources_salt,
-        )
-        self._count(plan)
-        if plan.requeue is not None:
-            self.docs.add(plan.requeue)
-        result = "unchanged"
-        for doc in plan.delete_now:
-            await self._delete(doc, reason="not_opted_in", requeue=key)
-            result = "deleted"
-        if plan.ref is None or not plan.cm_name:
-            return result if plan.delete_now else plan.outcome.value
-        if plan.write:
-            await self._write(plan)
-            result = "written"
-            if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
-                # One count per document version that records the root unresolved
-                # (the webhook: one per admission it stamps unresolved).
-                self.metrics.unresolved.labels(plan.key.kind, plan.failure.reason.value).inc()
-        else:
-            self.metrics.documents_unchanged.inc()
-            if plan.facts is None:  # current by its sources hash (annotator.plan)
-                self.metrics.documents_current_by_sources.inc()
-            # Judged current: a later write by anyone is a change we will look at.
-            self.state.vouch(plan.ref.namespace, plan.cm_name)
-        # Only now, with the document that lists them written (or already
-        # current), may the documents it supersedes go.
-        for doc in plan.supersedes:
-            await self._delete(doc, reason="rolled_up", requeue=key)
-        return result
-
-    def _count(self, plan: RootPlan) -> None:
-        kind = plan.key.kind
-        self.metrics.outcomes.labels(kind, plan.outcome.value).inc()
-        for owned in plan.owned:
-            self.metrics.outcomes.labels(owned.kind, Outcome.ROLLED_UP.value).inc()
-        if plan.outcome in (Outcome.MATCHED, Outcome.ROLLUP_UNRESOLVED) and plan.cm_name:
-            reason = plan.failure.reason.value if plan.failure is not None else ""
-            self.verdicts[plan.key] = (plan.outcome, reason, tuple(o.kind for o in plan.owned))
-        else:
-            self.verdicts.pop(plan.key, None)
-        if plan.outcome is Outcome.ROLLUP_UNRESOLVED and plan.failure is not None:
-            failure = plan.failure
-            self._once(
-                ("unresolved", failure.group, failure.kind, failure.reason.value),
-                "owner walk failed; the workload is reported as its own root",
-                kind=str(GroupKind(failure.group, failure.kind)),
-                reason=failure.reason.value,
-                example=str(plan.key),
-            )
-
-    async def _write(self, plan: RootPlan) -> None:
-        assert plan.ref is not None
-        document = render(
-            plan.facts, tool_version=self.settings.tool_version, digest=plan.input_hash or None
-        )
-        signing = self.signing
-        seal = None
-        if signing is not None:
-            await self._publish_key(signing)
-            document = signing.seal(document)
-            seal = signing.seal
-        limit = self.settings.size_limit
-        if len(document) > limit:
-            payload = await asyncio.to_thread(fit, document, limit=limit, seal=seal)
-        else:
-            payload = fit(document, limit=limit, seal=seal)
-        body = configmap_body(
-            plan.ref,
-            api_version=plan.api_version,
-            name=plan.cm_name,
-            payload=payload,
-            input_hash=plan.input_hash,
-            generator=self.settings.generator,
-            labels=self.settings.labels,
-            signed_by=signing.key.kid if signing is not None else "",
-            sources_hash=plan.sources_hash,
-        )
-        cached = self.state.configmap(plan.ref.namespace, plan.cm_name)
-        stored = await self._apply_and_export(plan, body, document)
-        if (
-            cached is not None
-            and cached.get(FOREIGN_DATA)
-            and metadata(stored).get("resourceVersion") != metadata(cached).get("resourceVersion")
-        ):
-            # Someone else wrote the document (managedFields said so, or it changed
-            # since the version we knew), and this apply changed it back: the server
-            # found its content not ours (an apply of the same content writes nothing).
-            self.metrics.documents_repaired.labels("edited").inc()
-            log.warning(
-                "document edited by another writer; restored",
-                extra={"root": str(plan.key), "configmap": f"{plan.ref.namespace}/{plan.cm_name}"},
-            )
-        self.state.note_configmap(self.slim(stored))
-        self.metrics.documents_written.labels(payload.encoding).inc()
-        log.info(
-            "document written",
-            extra={
-                "root": str(plan.key),
-                "configmap": plan.cm_name,
-                "encoding": payload.encoding,
-                "bytes": payload.size,
-                "owned": len(plan.owned),
-                "pods": plan.pods,
-                "input_hash": plan.input_hash,
-            },
-        )
-        if payload.encoding != "json":
-            await self._report_size(plan, payload)
-
-    async def _apply_and_export(self, plan: RootPlan, body: dict[str, Any], document: bytes) -> Any:
-        """Apply the document; with export on, record the version first (annotator.export)."""
-        if self.exporter is None:
-            return await self.writer.apply_configmap(body)
-        assert plan.ref is not None
-        ref = plan.ref
-        root = RootId(ref.namespace, ref.kind, ref.name, group=ref.group, uid=ref.uid)
-        try:
-            entry = await self.exporter.record(
-                root, document=document, input_hash=plan.input_hash, signed_by=self._signed_by()
-            )
-        except BacklogWriteError as exc:
-            raise WriteError("record the version in the export backlog", 0, str(exc)) from None
-        try:
-            stored = await self.writer.apply_configmap(body)
-        except BaseException as exc:
-            refused = isinstance(exc, NotLeader) or (
-                isinstance(exc, WriteError) and 400 <= exc.status < 500
-            )
-            if entry is not None and refused:
-                self.exporter.withdraw(entry)  # never a version of the cluster's
-            elif entry is not None:
-                self.exporter.committed(entry)  # it may have landed
-            raise
-        if entry is not None:
-            self.exporter.committed(entry)
-        return stored
-
-    def _signed_by(self) -> str:
-        return self.signing.key.kid if self.signing is not None else ""
-
-    async def _watch_signing_key(self) -> None:
-        """Pick up a rotated key file; every document is then re-signed with it."""
-        while True:
-            await asyncio.sleep(KEY_RECHECK)
-            current = self.signing
-            if current is None:
-                return
-            try:
-                rotated = await asyncio.to_thread(current.reload)
-            except ValueError as exc:
-                self._once(
-                    ("signing-key-unreadable",),
-                    "cannot read the signing key file; still signing with the previous key",
-                    error=str(exc),
-                )
-                continue
-            # Readable again: a later failure is news, logged again (once).
-            self._logged.discard(("signing-key-unreadable",))
-            if rotated is None:
-                continue
-            log.info(
-                "signing key changed; re-signing every document",
-                extra={"old_kid": current.key.kid, "kid": rotated.key.kid},
-            )
-            self.signing = rotated
-            self.full_resync()
-
-    async def _publish_key(self, signing: Signing) -> None:
-        """Publish our public key once, before the first document signed with it."""
-        if signing.keys_configmap is None or self._published_kid == signing.key.kid:
-            return
-        async with self._key_published:
-            if self._published_kid == signing.key.kid:
-                return
-            if not self.is_leader():
-                raise NotLeader()
-            namespace, name = signing.keys_configmap
-            result = await publish(self.kube, signing.key, namespace, name)
-            self._published_kid = signing.key.kid
-            log.info(
-                "signing key published",
-                extra={
-                    "kid": signing.key.kid,
-                    "configmap": f"{namespace}/{name}",
-                    "result": result,
-                },
-            )
-
-    async def _report_size(self, plan: RootPlan, payload: Payload) -> None:
-        assert plan.ref is not None
-        original, size = payload.original_size, payload.size
-        cut_c, cut_o = payload.omitted_components, payload.omitted_owned
-        if payload.encoding == "gzip":
-            log.info(
-                "document compressed to fit a ConfigMap",
-                extra={"root": str(plan.key), "bytes": original, "gzip_bytes": size},
-            )
-            return
-        log.warning(
-            "document truncated to fit a ConfigMap",
-            extra={
-                "root": str(plan.key),
-                "bytes": original,
-                "omitted_components": cut_c,
-                "omitted_owned": cut_o,
-            },
-        )
-        marker = (plan.ref.uid, plan.input_hash)
-        if marker in self._events_sent:
-            return
-        note = (
-            f"The AIBOM of {plan.ref.kind}/{plan.ref.name} is {original} bytes and does not fit "
-            f"ConfigMap {plan.cm_name} even gzip-compressed; it was truncated "
-            f"({cut_c} components and {cut_o} owned entries left out; see the "
-            f"aibom.truncated properties)."
-        )
-        try:
-            await self.writer.event(
-                plan.ref,
-                api_version=plan.api_version,
-                reason="AIBOMTruncated",
-                note=note,
-                action="WriteAIBOM",
-            )
-            self._events_sent.add(marker)
-        except (WriteError, KubeError, TimeoutError) as exc:
-            log.warning("could not record the truncation Event", extra={"error": str(exc)})
-
-    async def _delete(self, doc: DocRef, *, reason: str, requeue: DocKey) -> None:
-        if await self.writer.delete_configmap(doc):
-            self.state.forget_configmap(doc.namespace, doc.name)
-            self.metrics.documents_deleted.labels(reason).inc()
-            log.info("document deleted", extra={"configmap": str(doc), "why": reason})
-        else:
-            # It changed since we looked: judge again from the fresh cache.
-            self.docs.add_rate_limited(requeue)
-
-    async def _sweep(self, key: SweepKey) -> str:
-        plan = plan_sweep(self.state, key)
-        opted = self.state.opted_in(key.namespace)
-        for doc in plan.deletes:
-            await self._delete(doc, reason="stale" if opted else "not_opted_in", requeue=key)
-        for root in plan.requeue:
-            self.docs.add(root)
-        return "deleted" if plan.deletes else "unchanged"
-
-    # -- stamp repairs --------------------------------------------------------------------------
-
-    async def _stamp_worker(self) -> None:
-        while True:
-            try:
-                key = await self.stamps.get()
-            except QueueShutDown:
-                return
-            started = time.perf_counter()
-            result = "error"
-            try:
-                result = await self.repair_stamp(key)
-                self.stamps.forget(key)
-            except NotLeader:
-                result = "not_leader"
-            except asyncio.CancelledError:
-                raise
-            except (WriteError, KubeError, TimeoutError) as exc:
-                self.stamps.add_rate_limited(key)
-                self.metrics.errors.labels("stamp").inc()
-                log.warning(
-                    "stamp repair failed; will retry", extra={"key": key, "error": str(exc)}
-                )
-            except Exception:
-                self.stamps.add_rate_limited(key)
-                self.metrics.errors.labels("stamp").inc()
-                log.exception("stamp check crashed (a bug)", extra={"key": key})
-            finally:
-                self.stamps.done(key)
-                self.metrics.reconcile_duration.labels("stamps", result).observe(
-                    time.perf_counter() - started
-                )
-            await asyncio.sleep(0)
-
-    async def repair_stamp(self, key: str) -> str:
-        plan = plan_stamp(
-            self.state,
-            key,
-            keys=self.settings.keys,
-            watched=self.watched,
-            namespaces=self._stamp_scope(),
-        )
-        if plan is None:
-            self.ledger.forget(key)
-            return "gone"
-        if plan.skipped:
-            self.metrics.stamp_skips.labels(plan.skipped).inc()
-            return "skipped"
-        if plan.patch is None:
-            return "unchanged"
-        resource = self.kube.discovery.cached(plan.ref.group_kind)
-        if resource is None:
-            return "gone"
-        if self.ledger.contested(key, plan.stamp):
-            self.metrics.stamp_skips.labels("contested").inc()
-            self._once(
-                ("stamp-contested", plan.ref.group, plan.ref.kind),
-                "another writer keeps undoing stamp repairs of this kind (without the webhook, "
-                "the Deployment controller copies a Deployment's annotations onto its "
-                "ReplicaSets); leaving such objects alone for a while",
-                kind=str(plan.ref.group_kind),
-                example=f"{plan.ref.namespace}/{plan.ref.name}",
-            )
-            return "contested"
-        outcome = await self.writer.patch_stamp(resource, plan.ref, plan.patch)
-        if outcome == "patched":
-            self.ledger.record(key, plan.stamp)
-            self.metrics.stamp_repairs.labels(plan.ref.kind).inc()
-            log.info(
-                "stamp repaired",
-                extra={
-                    "object": f"{plan.ref.namespace}/{plan.ref.hop}",
-                    "annotations": plan.patch["metadata"]["annotations"],
-                },
-            )
-        elif outcome == "conflict":
-            self.stamps.add_after(key, self.settings.stamp_settle)
-        elif outcome == "forbidden":
-            self._once(
-                ("stamp-forbidden", plan.ref.group, plan.ref.kind),
-                "may not patch this kind; its stamps are not repaired",
-                kind=str(plan.ref.group_kind),
-            )
-        return outcome
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def _once(self, marker: tuple[str, ...], msg: str, **fields: Any) -> None:
-        if marker in self._logged:
-            return
-        self._logged.add(marker)
-        log.warning(msg, extra=fields)
+        await self.supervisor.stop()

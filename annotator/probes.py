@@ -6,18 +6,72 @@
   unreadable (not served, or forbidden); 503 with the kinds still waited on
   otherwise. A standby replica with warm caches is ready: it can take over.
 - `/metrics`: the Prometheus text format of the annotator's own registry.
+
+`Readiness` says whether the caches are synced (and, the moment they are,
+ends the bulk load and starts the first full resync); `Probes` serves it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from aibom_edge.metrics import exposition
+from annotator.cache import ClusterState
 from annotator.metrics import Metrics
+
+log = logging.getLogger("annotator")
+
+
+class Readiness:
+    def __init__(
+        self,
+        *,
+        kinds_synced: Callable[[], bool],
+        waiting: Callable[[], list[str]],
+        state: ClusterState,
+        metrics: Metrics,
+        synced: asyncio.Event,
+        leading: Callable[[], bool],
+        on_synced: Callable[[], None],
+    ) -> None:
+        self._kinds_synced = kinds_synced  # every kind's first list settled (or not served)
+        self._waiting = waiting  # the kinds still waited on
+        self.state = state
+        self.metrics = metrics
+        self.synced = synced
+        self._leading = leading
+        self._on_synced = on_synced  # the first full resync
+
+    def check(self) -> None:
+        """Set `synced` once every kind's first list has settled."""
+        if self.synced.is_set():
+            return
+        if not self._kinds_synced():
+            return
+        self.state.bulk = False
+        self.synced.set()
+        self.metrics.ready.set(1)
+        log.info(
+            "caches synced",
+            extra={"objects": len(self.state.graph), "configmaps": len(self.state.configmaps)},
+        )
+        self._on_synced()
+
+    def report(self) -> tuple[bool, dict[str, Any]]:
+        """What `/readyz` answers: synced, and the detail."""
+        return self.synced.is_set(), {
+            "waiting": self._waiting(),
+            "leader": self._leading(),
+            "unavailable": {
+                str(k): v.value for k, v in sorted(self.state.graph.unavailable.items())
+            },
+        }
 
 
 class Probes:

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from typing import Any
 from aibom_core import jsf
 from aibom_edge.kube import Kube
 from annotator.configmap import FIELD_MANAGER
-from annotator.writer import WriteError
+from annotator.notices import Notices
+from annotator.writer import NotLeader, WriteError
 
 log = logging.getLogger("annotator")
 
@@ -154,6 +156,79 @@ async def publish(kube: Kube, key: jsf.SigningKey, namespace: str, name: str) ->
             raise WriteError(f"patch {namespace}/{name}", resp.status, _message(resp.body))
         await asyncio.sleep(0.1)
     raise WriteError(f"publish {namespace}/{name}", 409, "the ConfigMap kept changing")
+
+
+class Signer:
+    """The key the documents are signed with now (None: unsigned): published before
+    the first document signed with it, replaced when its key file changes."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        signing: Signing | None,
+        *,
+        is_leader: Callable[[], bool],
+        notices: Notices,
+        on_rotated: Callable[[], None],
+    ) -> None:
+        self.kube = kube
+        self.signing = signing  # replaced when the key file changes
+        self._is_leader = is_leader
+        self._notices = notices
+        self._on_rotated = on_rotated
+        self._key_published = asyncio.Lock()
+        self._published_kid: str | None = None
+
+    def signed_by(self) -> str:
+        return self.signing.key.kid if self.signing is not None else ""
+
+    async def watch(self) -> None:
+        """Pick up a rotated key file; every document is then re-signed with it."""
+        while True:
+            await asyncio.sleep(KEY_RECHECK)
+            current = self.signing
+            if current is None:
+                return
+            try:
+                rotated = await asyncio.to_thread(current.reload)
+            except ValueError as exc:
+                self._notices.once(
+                    ("signing-key-unreadable",),
+                    "cannot read the signing key file; still signing with the previous key",
+                    error=str(exc),
+                )
+                continue
+            # Readable again: a later failure is news, logged again (once).
+            self._notices.clear(("signing-key-unreadable",))
+            if rotated is None:
+                continue
+            log.info(
+                "signing key changed; re-signing every document",
+                extra={"old_kid": current.key.kid, "kid": rotated.key.kid},
+            )
+            self.signing = rotated
+            self._on_rotated()
+
+    async def publish_key(self, signing: Signing) -> None:
+        """Publish our public key once, before the first document signed with it."""
+        if signing.keys_configmap is None or self._published_kid == signing.key.kid:
+            return
+        async with self._key_published:
+            if self._published_kid == signing.key.kid:
+                return
+            if not self._is_leader():
+                raise NotLeader()
+            namespace, name = signing.keys_configmap
+            result = await publish(self.kube, signing.key, namespace, name)
+            self._published_kid = signing.key.kid
+            log.info(
+                "signing key published",
+                extra={
+                    "kid": signing.key.kid,
+                    "configmap": f"{namespace}/{name}",
+                    "result": result,
+                },
+            )
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from annotator.keys import DocKey
+
 K = TypeVar("K", bound=Hashable)
 
 Clock = Callable[[], float]
@@ -235,3 +237,26 @@ class WorkQueue(Generic[K]):
 
 class QueueShutDown(Exception):
     """The queue was shut down; the worker should exit."""
+
+
+class Queues:
+    """The annotator's two queues, shared by whoever adds to or takes from them:
+    documents (roots and namespace sweeps) and stamps (object keys). A leader
+    gets fresh ones (`renew`): a queue shut down when it last stepped down
+    takes nothing more."""
+
+    def __init__(self) -> None:
+        self.docs: WorkQueue[DocKey] = self._docs()
+        self.stamps: WorkQueue[str] = WorkQueue("stamps")
+
+    @staticmethod
+    def _docs() -> WorkQueue[DocKey]:
+        return WorkQueue("documents", limiter=TokenBucket(10.0, 100))
+
+    def renew(self) -> None:
+        self.docs = self._docs()
+        self.stamps = WorkQueue("stamps")
+
+    def shut_down(self) -> None:
+        self.docs.shut_down()
+        self.stamps.shut_down()

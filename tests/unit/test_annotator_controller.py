@@ -12,10 +12,11 @@ from aibom_core.document import DocLabels
 from aibom_core.kinds import CONFIGMAP, NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj, ref_of
 from annotator.configmap import configmap_body, fit
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.keys import RootKey
 from annotator.ledger import RepairLedger
 from annotator.plan import DocRef
+from annotator.settings import Settings
 from annotator.writer import WriteError
 from tests.unit.kobj import chain
 
@@ -82,12 +83,12 @@ def controller(writer: Recorder) -> tuple[Controller, RootKey]:
 async def test_root_document_is_written_before_the_child_document_is_deleted() -> None:
     rec = Recorder()
     c, key = controller(rec)
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     assert rec.calls == [("apply", "aibom-leaderworkerset-l"), ("delete", "aibom-statefulset-l")]
     # The cache now holds the written document (and not the deleted one): a
     # second reconcile writes nothing and deletes nothing.
     rec.calls.clear()
-    assert await c.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "unchanged"
     assert rec.calls == []
 
 
@@ -95,14 +96,14 @@ async def test_failed_write_deletes_nothing() -> None:
     rec = Recorder(fail_apply=True)
     c, key = controller(rec)
     with pytest.raises(WriteError):
-        await c.reconcile(key)
+        await c.documents.reconcile(key)
     assert rec.calls == []
     assert c.state.configmap("ns", "aibom-statefulset-l") is not None
 
 
 async def test_outcomes_are_counted_for_the_root_and_what_it_absorbed() -> None:
     c, key = controller(Recorder())
-    await c.reconcile(key)
+    await c.documents.reconcile(key)
     value = c.metrics.registry.get_sample_value
     labels = {"kind": "LeaderWorkerSet", "outcome": "matched"}
     assert value("aibom_workload_reconcile_outcomes_total", labels) == 1

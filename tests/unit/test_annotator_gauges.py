@@ -6,9 +6,10 @@ import aiohttp
 
 from aibom_core.kinds import GroupKind, group_kind_of
 from aibom_core.walk import Reason
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.keys import RootKey
 from annotator.probes import Probes
+from annotator.settings import Settings
 from tests.unit.kobj import chain
 from tests.unit.test_annotator_controller import REG, FakeKube, Recorder, controller
 
@@ -27,7 +28,7 @@ def samples(text: str, name: str) -> dict[str, float]:
 async def scrape(c: Controller) -> str:
     probes = Probes(
         metrics=c.metrics,
-        readiness=c.readiness,
+        readiness=c.readiness.report,
         host="127.0.0.1",
         metrics_port=0,
         health_port=0,
@@ -71,9 +72,9 @@ async def test_unresolved_total_counts_document_versions_not_reconciles() -> Non
     # Today's annotator counts every reconcile of an unresolved root (a resync,
     # any event of its Pods): the counter measured churn, unlike the webhook's.
     c, key = unresolved_controller()
-    assert await c.reconcile(key) == "written"
-    assert await c.reconcile(key) == "unchanged"
-    assert await c.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "unchanged"
     text = await scrape(c)
     assert samples(text, "aibom_rollup_unresolved_total") == {
         '{kind="StatefulSet",reason="Forbidden"}': 1.0
@@ -82,11 +83,11 @@ async def test_unresolved_total_counts_document_versions_not_reconciles() -> Non
 
 async def test_current_state_gauges_are_scraped() -> None:
     c, key = controller(Recorder())
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     u, ukey = unresolved_controller()
-    await u.reconcile(ukey)
-    c.refresh_gauges()
-    u.refresh_gauges()
+    await u.documents.reconcile(ukey)
+    c.gauges.refresh()
+    u.gauges.refresh()
     text = await scrape(c)
     assert samples(text, "aibom_annotator_roots") == {'{kind="LeaderWorkerSet"}': 1.0}
     assert samples(text, "aibom_annotator_rolled_up_objects") == {'{kind="StatefulSet"}': 1.0}
@@ -102,8 +103,8 @@ async def test_current_state_gauges_are_scraped() -> None:
     c.state.delete(
         group_kind_of(c.state.graph.get(key.uid) or {}), c.state.graph.get(key.uid) or {}
     )
-    await c.reconcile(key)
-    c.refresh_gauges()
+    await c.documents.reconcile(key)
+    c.gauges.refresh()
     text = await scrape(c)
     assert samples(text, "aibom_annotator_roots") == {}
     assert samples(text, "aibom_annotator_rolled_up_objects") == {}

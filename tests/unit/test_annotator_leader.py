@@ -16,10 +16,11 @@ import pytest
 
 from aibom_core.kinds import default_registry
 from aibom_edge.kube import KubeResponse
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.leader import LeaderElector
 from annotator.lease import ElectionConfig
 from annotator.plan import DocRef
+from annotator.settings import Settings
 from annotator.workqueue import TokenBucket
 from annotator.writer import NotLeader, Writer
 from tests.unit.fakeclock import FakeClock

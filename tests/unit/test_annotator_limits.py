@@ -1,4 +1,4 @@
-"""The annotator's numeric flags (`annotator.main.Limits`): one check per bound.
+"""The annotator's numeric flags (`annotator.flags.Limits`): one check per bound.
 
 Each bound is tried just outside (a UsageError naming the flag) and on its
 edge (accepted), so a bound that moves or disappears fails here.
@@ -13,7 +13,7 @@ import pytest
 from aibom_edge.options import UsageError
 from aibom_rollup.cli import main
 from annotator.configmap import MAX_DATA_BYTES
-from annotator.main import MIN_DOCUMENT_BYTES, configure_parser, settings_of
+from annotator.flags import MIN_DOCUMENT_BYTES, configure_parser, settings_of
 
 # (flag, refused value, the message's start, the accepted value on the edge)
 BOUNDS = [

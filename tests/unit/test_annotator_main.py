@@ -13,7 +13,7 @@ import pytest
 
 from aibom_edge.options import UsageError
 from aibom_rollup.cli import build_parser
-from annotator.main import configure_parser, settings_of
+from annotator.flags import configure_parser, settings_of
 from tests.unit.clihelp import help_of
 
 

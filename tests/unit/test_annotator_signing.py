@@ -164,12 +164,12 @@ async def test_a_key_is_published_before_the_first_document_signed_with_it() -> 
     api.serve(child)
     seen = verified_applies(api)
     k1, k2 = new_key("k1"), new_key("k2")
-    c.signing = Signing(k1, (NS, NAME))
-    assert await c.reconcile(key) == "written"
-    # A rotated key file (Controller._watch_signing_key): every document is
+    c.signer.signing = Signing(k1, (NS, NAME))
+    assert await c.documents.reconcile(key) == "written"
+    # A rotated key file (annotator.signing.Signer.watch): every document is
     # signed again, by k2, which must be published first.
-    c.signing = Signing(k2, (NS, NAME))
-    assert await c.reconcile(key) == "written"
+    c.signer.signing = Signing(k2, (NS, NAME))
+    assert await c.documents.reconcile(key) == "written"
     # No document ever reached the server signed by a key not published then.
     assert seen == [("valid", "k1"), ("valid", "k2")]
     doc = CONFIGMAPS.format(ns="ns")
@@ -192,9 +192,9 @@ async def test_a_reused_kid_writes_no_document() -> None:
     api.put(keys_cm(new_key("k1")))
     c, key = controller(Recorder())
     write_through(c, api)
-    c.signing = Signing(new_key("k1"), (NS, NAME))
+    c.signer.signing = Signing(new_key("k1"), (NS, NAME))
     with pytest.raises(WriteError, match="'k1'"):
-        await c.reconcile(key)  # the worker logs it and retries with backoff
+        await c.documents.reconcile(key)  # the worker logs it and retries with backoff
     assert writes(api) == []
 
 
@@ -221,7 +221,7 @@ def replace_file(path: Path, data: bytes) -> None:
 async def test_an_unreadable_key_file_is_logged_once_and_the_old_key_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("annotator.controller.KEY_RECHECK", 0.0)
+    monkeypatch.setattr("annotator.signing.KEY_RECHECK", 0.0)
     failures = [0]
     reload = Signing.reload
 
@@ -239,18 +239,18 @@ async def test_an_unreadable_key_file_is_logged_once_and_the_old_key_kept(
     signing = Signing(load_key(str(path)), None, str(path))
     rec = BodyRecorder()
     c, key = controller(rec)
-    c.signing = signing
+    c.signer.signing = signing
 
     def logged() -> int:
         return sum(UNREADABLE in r.getMessage() for r in caplog.records)
 
-    watcher = asyncio.create_task(c._watch_signing_key())
+    watcher = asyncio.create_task(c.signer.watch())
     try:
         replace_file(path, b"not a key\n")
         await until("five failed checks", lambda: failures[0] >= 5)
         assert logged() == 1
-        assert c.signing is signing  # still signing with the key it has
-        assert await c.reconcile(key) == "written"
+        assert c.signer.signing is signing  # still signing with the key it has
+        assert await c.documents.reconcile(key) == "written"
         document = rec.bodies[-1]["data"][DATA_KEY]
         verdict = jsf.verify_bytes(document, jsf.KeySet.of([signing.key.jwk]))
         assert (verdict.status, verdict.kid) == (jsf.Status.VALID, signing.key.kid)
@@ -258,8 +258,8 @@ async def test_an_unreadable_key_file_is_logged_once_and_the_old_key_kept(
         # logged again (once).
         new = jsf.private_pem(jsf.generate())
         replace_file(path, new)
-        await until("the new key", lambda: c.signing is not signing)
-        assert c.signing is not None and c.signing.key.jwk == load_key(str(path)).jwk
+        await until("the new key", lambda: c.signer.signing is not signing)
+        assert c.signer.signing is not None and c.signer.signing.key.jwk == load_key(str(path)).jwk
         seen = failures[0]
         replace_file(path, b"not a key\n")
         await until("five more failed checks", lambda: failures[0] >= seen + 5)

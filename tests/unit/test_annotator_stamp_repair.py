@@ -26,9 +26,10 @@ import pytest
 from aibom_core.kinds import NAMESPACE, GroupKind, default_registry
 from aibom_core.objects import Obj
 from aibom_edge.kube import ApiResource, KubeResponse
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
+from annotator.flags import settings_of
 from annotator.ledger import RepairLedger
-from annotator.main import settings_of
+from annotator.settings import Settings
 from annotator.workqueue import WorkQueue
 from annotator.writer import APPLY, MERGE
 from tests.unit.kobj import mk
@@ -159,7 +160,7 @@ def leading_controller(api: Api, objects: Iterable[Obj], **settings: Any) -> Con
         election=None,
     )
     for gk in SERVED:
-        c.informers[gk] = Healthy()  # type: ignore[assignment]
+        c.supervisor.informers[gk] = Healthy()  # type: ignore[assignment]
     c.state.upsert(NAMESPACE, namespace(OPTED_IN, opted_in=True))
     c.state.upsert(NAMESPACE, namespace(ELSEWHERE, opted_in=False))
     for obj in objects:
@@ -226,7 +227,7 @@ async def test_opted_in_repairs_only_in_opted_in_namespaces(start: Start) -> Non
     await checked(c.stamps)
     assert len(api.stamp_patches("here")) == 1
     # A change of the object outside the scope is not judged either.
-    c.upsert(DEPLOYMENT, deployment("there", ns=ELSEWHERE, rv=2))
+    c.intake.upsert(DEPLOYMENT, deployment("there", ns=ELSEWHERE, rv=2))
     await checked(c.stamps)
     assert api.stamp_patches("there") == []
     assert len(api.stamp_patches()) == 1
@@ -237,7 +238,7 @@ async def test_off_repairs_nothing(start: Start) -> None:
     api, c = start(objects, stamp_mode="off", stamp_settle=0.0)
     # The controller is leading and working: the opted-in root's document is written.
     await until(api, lambda: len(api.documents()) == 1)
-    c.upsert(DEPLOYMENT, deployment("here", rv=2))
+    c.intake.upsert(DEPLOYMENT, deployment("here", rv=2))
     await checked(c.docs)
     await checked(c.stamps)
     assert api.stamp_patches() == []
@@ -253,12 +254,12 @@ async def test_a_stamp_is_judged_only_after_the_settle_delay(start: Start) -> No
     settle = 1.0
     api, c = start([], stamp_settle=settle)
     changed = time.monotonic()
-    c.upsert(DEPLOYMENT, deployment("late"))
-    c.upsert(DEPLOYMENT, deployment("fixed"))
+    c.intake.upsert(DEPLOYMENT, deployment("late"))
+    c.intake.upsert(DEPLOYMENT, deployment("fixed"))
     # Within the delay the webhook stamps `fixed` (its UPDATE reaches the cache).
     # No await in between, so on any machine this comes before a worker could run
     # (the test waited 50 loop turns here and failed when they took over 1 s).
-    c.upsert(DEPLOYMENT, deployment("fixed", rv=2, stamped=True))
+    c.intake.upsert(DEPLOYMENT, deployment("fixed", rv=2, stamped=True))
     await until(api, lambda: len(api.stamp_patches("late")) == 1)
     # Not judged before the delay (a worker that did not wait would patch at once;
     # a lower bound on the monotonic clock, which no load can make fail).
@@ -278,7 +279,7 @@ async def test_an_object_that_keeps_changing_is_still_judged(start: Start) -> No
     async with asyncio.timeout(10):
         while not api.stamp_patches("busy"):
             changes.append(time.monotonic())
-            c.upsert(DEPLOYMENT, deployment("busy", rv=len(changes)))
+            c.intake.upsert(DEPLOYMENT, deployment("busy", rv=len(changes)))
             await asyncio.sleep(settle / 10)  # changes come faster than the settle delay
     judged = api.stamp_patches("busy")[0].at
     assert judged - changes[0] >= settle
@@ -312,7 +313,7 @@ async def test_document_writes_are_not_held_back_by_the_stamp_bucket(
     api, c = start(objects, stamp_settle=0.0, stamp_qps=0.01, stamp_burst=1)
     await until(api, lambda: len(api.stamp_patches()) == 1 and len(api.documents()) == 2)
     # With the stamp bucket empty, a new root's document is written at once.
-    c.upsert(DEPLOYMENT, deployment("new", stamped=True))
+    c.intake.upsert(DEPLOYMENT, deployment("new", stamped=True))
     await until(api, lambda: any(r.path.endswith("/aibom-deployment-new") for r in api.documents()))
     assert len(api.stamp_patches()) == 1  # the second repair still waits for its token
 
@@ -328,9 +329,11 @@ async def test_a_stamp_undone_after_each_repair_is_left_alone_for_the_window(
     fighters[2]["metadata"]["resourceVersion"] = "1"
     api, c = start(fighters, stamp_settle=0.0)
     # The documented limit and window are the controller's ledger's.
-    assert (c.ledger.limit, c.ledger.window) == (2, 600.0)
+    assert (c.stamp_repair.ledger.limit, c.stamp_repair.ledger.window) == (2, 600.0)
     now = [0.0]
-    c.ledger = RepairLedger(limit=c.ledger.limit, window=c.ledger.window, now=lambda: now[0])
+    c.stamp_repair.ledger = RepairLedger(
+        limit=c.stamp_repair.ledger.limit, window=c.stamp_repair.ledger.window, now=lambda: now[0]
+    )
     names = [o["metadata"]["name"] for o in fighters]
 
     def undo(rv: int) -> None:
@@ -338,7 +341,7 @@ async def test_a_stamp_undone_after_each_repair_is_left_alone_for_the_window(
         for obj in fighters:
             reverted = copy.deepcopy(obj)
             reverted["metadata"]["resourceVersion"] = str(rv)
-            c.upsert(kind_of(obj), reverted)
+            c.intake.upsert(kind_of(obj), reverted)
 
     await checked(c.stamps)
     assert [len(api.stamp_patches(n)) for n in names] == [1, 1, 1]
@@ -375,14 +378,16 @@ async def test_an_object_whose_root_keeps_changing_is_repaired_every_time(start:
         o["metadata"]["resourceVersion"] = "1"
     api, c = start([*owners, deployment("d")], stamp_settle=0.0, trust_owner_references=True)
     now = [0.0]
-    c.ledger = RepairLedger(limit=c.ledger.limit, window=c.ledger.window, now=lambda: now[0])
+    c.stamp_repair.ledger = RepairLedger(
+        limit=c.stamp_repair.ledger.limit, window=c.stamp_repair.ledger.window, now=lambda: now[0]
+    )
     await checked(c.stamps)
     assert len(api.stamp_patches("d")) == 1
     for rv, owner in enumerate((owners[0], owners[1], None), start=2):
         now[0] += 60.0
         changed = mk("Deployment", "d", owner) if owner is not None else mk("Deployment", "d")
         changed["metadata"]["resourceVersion"] = str(rv)
-        c.upsert(DEPLOYMENT, changed)
+        c.intake.upsert(DEPLOYMENT, changed)
         await checked(c.stamps)
     assert len(api.stamp_patches("d")) == 4
     assert skipped(c, "contested") == 0

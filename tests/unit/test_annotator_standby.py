@@ -8,8 +8,9 @@ from typing import Any
 
 from aibom_core.kinds import NAMESPACE, default_registry, group_kind_of
 from aibom_core.objects import Obj
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.lease import ElectionConfig
+from annotator.settings import Settings
 from tests.unit.kobj import chain, mk
 from tests.unit.test_annotator_controller import FakeKube, Recorder
 
@@ -42,11 +43,11 @@ async def test_a_standby_caches_but_queues_nothing_and_a_new_leader_resyncs() ->
     c.state.bulk = False
     c.synced.set()
     assert not c.is_leader()
-    c.upsert(NAMESPACE, mk("Namespace", "ns", ns="", labels={"aibom.dev/enabled": "true"}))
+    c.intake.upsert(NAMESPACE, mk("Namespace", "ns", ns="", labels={"aibom.dev/enabled": "true"}))
     lws, sts = chain("LeaderWorkerSet/l", "StatefulSet/l")
     web = mk("Deployment", "web")
     for obj in (lws, sts, web):
-        c.upsert(group_kind_of(obj), obj)
+        c.intake.upsert(group_kind_of(obj), obj)
     # Warm: the standby knows every object and its root...
     assert len(c.state.roots(c.state.opted_in_namespaces())) == 2
     # ...and has queued nothing: no document, no stamp.

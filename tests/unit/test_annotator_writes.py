@@ -16,8 +16,9 @@ from typing import Any
 from aibom_core import jsf
 from aibom_core.kinds import CONFIGMAP, NAMESPACE, group_kind_of
 from aibom_core.objects import Obj
-from annotator.controller import Controller, Settings
+from annotator.controller import Controller
 from annotator.keys import RootKey, SweepKey
+from annotator.settings import Settings
 from annotator.signing import Signing
 from annotator.workqueue import WorkQueue
 from annotator.writer import APPLY, MERGE
@@ -55,7 +56,7 @@ async def test_a_superseded_document_is_deleted_with_uid_and_resource_version_pr
     None
 ):
     c, key, api = recorded()
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     deletes = [call for call in api.calls if call.method == "DELETE"]
     assert [call.path for call in deletes] == [f"{DOCS_PATH}/{CHILD}"]
     assert deletes[0].body == {
@@ -72,14 +73,14 @@ async def test_a_document_changed_since_it_was_judged_is_not_deleted_and_judged_
     child = api.configmap("ns", CHILD)
     assert child is not None
     changed = api.put(child)  # someone wrote it after our cache saw it
-    assert await c.reconcile(key) == "written"  # a 409 is not an error
+    assert await c.documents.reconcile(key) == "written"  # a 409 is not an error
     assert api.configmap("ns", CHILD) == changed  # still there
     assert not deleted(c)
     assert c.state.configmap("ns", CHILD) is not None
     # The root is queued again (with backoff), to be judged from a fresh cache.
     assert c.docs.failures(key) == 1 and len(c.docs) == 1
     c.state.upsert(group_kind_of(changed), changed)  # the watch event arrives
-    assert await c.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "unchanged"
     assert api.configmap("ns", CHILD) is None and deleted(c) == 1
     preconditions = [call.body["preconditions"] for call in api.calls if call.method == "DELETE"]
     assert preconditions == [
@@ -115,29 +116,29 @@ def borrowed_name_edit(c: Controller, api: RecordingApi) -> Obj:
 async def test_a_document_rewritten_under_our_field_managers_name_is_restored() -> None:
     """docs/annotator.md: a document is repaired by content, not by who wrote it."""
     c, key, api = recorded()
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     mine = borrowed_name_edit(c, api)
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     restored = api.configmap("ns", ROOT_DOC)
     assert restored is not None and restored["data"] == mine["data"]
     assert repaired(c) == 1
     # The version our apply returned is known: nothing more to do.
-    assert await c.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "unchanged"
 
 
 async def test_after_a_restart_a_document_found_current_is_watched_for_edits_too() -> None:
     """A new process (a restart, a failover) has written nothing: the version its first
     reconcile found current is the one it knows."""
     first, key, api = recorded()
-    assert await first.reconcile(key) == "written"
+    assert await first.documents.reconcile(key) == "written"
     c, key = controller(Recorder())
     write_through(c, api)
     listed = api.configmap("ns", ROOT_DOC)
     assert listed is not None
     c.state.upsert(CONFIGMAP, c.slim(listed))
-    assert await c.reconcile(key) == "unchanged"
+    assert await c.documents.reconcile(key) == "unchanged"
     mine = borrowed_name_edit(c, api)
-    assert await c.reconcile(key) == "written"
+    assert await c.documents.reconcile(key) == "written"
     restored = api.configmap("ns", ROOT_DOC)
     assert restored is not None and restored["data"] == mine["data"]
 
@@ -148,8 +149,8 @@ async def test_after_a_restart_a_document_found_current_is_watched_for_edits_too
 async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay() -> None:
     c, _, api = recorded()
     now = [0.0]
-    c.stamps = WorkQueue("stamps", now=lambda: now[0])
-    c.watched = lambda gk: True  # type: ignore[method-assign]  # no informers here
+    c.queues.stamps = WorkQueue("stamps", now=lambda: now[0])
+    c.stamp_repair.watched = lambda gk: True  # no informers here
     dep = mk("Deployment", "d", annotations={"aibom.dev/rollup": "uncovered"})
     dep["metadata"]["resourceVersion"] = "9"
     uid = dep["metadata"]["uid"]
@@ -157,7 +158,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     newer = copy.deepcopy(dep)
     newer["metadata"]["resourceVersion"] = "10"
     api.serve(newer)  # the object changed since the cache saw it
-    assert await c.repair_stamp(uid) == "conflict"
+    assert await c.stamp_repair.repair_stamp(uid) == "conflict"
     [patch] = [call for call in api.calls if call.method == "PATCH"]
     assert patch.content_type == MERGE
     assert patch.path == "/apis/apps/v1/namespaces/ns/deployments/d"
@@ -166,7 +167,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     assert meta["annotations"]["aibom.dev/rollup"] == "root"
     labels = {"kind": "Deployment"}
     assert not c.metrics.registry.get_sample_value("aibom_annotator_stamp_repairs_total", labels)
-    assert len(c.ledger) == 0
+    assert len(c.stamp_repair.ledger) == 0
     # Judged again once the settle delay has passed, from the cache as it is then.
     assert c.stamps.poll() is None
     now[0] = c.settings.stamp_settle - 0.01
@@ -174,7 +175,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
     now[0] = c.settings.stamp_settle
     assert c.stamps.poll() == uid
     c.state.upsert(group_kind_of(newer), newer)
-    assert await c.repair_stamp(uid) == "patched"
+    assert await c.stamp_repair.repair_stamp(uid) == "patched"
     assert c.metrics.registry.get_sample_value("aibom_annotator_stamp_repairs_total", labels) == 1
 
 
@@ -184,7 +185,7 @@ async def test_a_stamp_patch_answered_409_is_judged_again_after_the_settle_delay
 def populated() -> tuple[Controller, RecordingApi]:
     """Two roots with their workloads and Pods, unstamped, and a superseded child document."""
     c, _, api = recorded()
-    c.watched = lambda gk: True  # type: ignore[method-assign]
+    c.stamp_repair.watched = lambda gk: True
     for obj in chain("Deployment/web", "ReplicaSet/web-1", "Pod/web-1-a"):
         obj["metadata"]["resourceVersion"] = "3"
         c.state.upsert(group_kind_of(obj), obj)
@@ -195,11 +196,11 @@ def populated() -> tuple[Controller, RecordingApi]:
 
 async def reconcile_everything(c: Controller) -> None:
     for root in c.state.roots(c.state.opted_in_namespaces()):
-        await c.reconcile(root)
+        await c.documents.reconcile(root)
     for ns in c.state.doc_namespaces():
-        await c._sweep(SweepKey(ns))
+        await c.documents.sweep(SweepKey(ns))
     for key in list(c.state.graph.keys()):
-        await c.repair_stamp(key)
+        await c.stamp_repair.repair_stamp(key)
 
 
 async def test_a_reconcile_issues_no_list_and_no_get() -> None:
@@ -219,7 +220,7 @@ async def test_a_reconcile_issues_no_list_and_no_get() -> None:
 async def test_signing_adds_one_list_of_the_keys_configmap_per_new_key() -> None:
     # The one exception to "no read": publishing a new signing key (docs/signing.md).
     c, api = populated()
-    c.signing = Signing(jsf.SigningKey.of(jsf.generate(), kid="k1"), ("sys", "keys"))
+    c.signer.signing = Signing(jsf.SigningKey.of(jsf.generate(), kid="k1"), ("sys", "keys"))
     await reconcile_everything(c)
     assert [(call.method, call.path) for call in api.reads()] == [
         ("GET", CONFIGMAPS.format(ns="sys"))

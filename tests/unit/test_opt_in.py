@@ -8,8 +8,8 @@ import pytest
 
 from aibom_core.opt_in import DEFAULT_OPT_IN, guard_opted_out, opted_in, parse_label
 from aibom_edge.options import UsageError, add_namespace_label_option, namespace_label_of
-from annotator.main import configure_parser as annotator_parser
-from annotator.main import settings_of
+from annotator.flags import configure_parser as annotator_parser
+from annotator.flags import settings_of
 from webhook.main import configure_parser as webhook_parser
 
 
