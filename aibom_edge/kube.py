@@ -378,21 +378,7 @@ class Kube:
         # 429 / 5xx: the API did not give an answer in time.
         return Fetched(failure=Reason.TIMEOUT)
 
-    # -- provenance: what the webhook's edge check reads -----------
-
-    async def finalizers_resource(self, owner: OwnerRef) -> str | None:
-        """The plural resource of the owner's kind (None: not served)."""
-        res = await self.discovery.resource(owner.group_kind)
-        return res.plural if res is not None else None
-
-    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
-        """POST a SubjectAccessReview; `status.allowed`. KubeError on a non-201 answer."""
-        path = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-        resp = await self.request("POST", path, json=body, timeout=timeout)
-        if resp.status not in (200, 201) or not isinstance(resp.body, dict):
-            raise KubeError(f"POST {path}: HTTP {resp.status}")
-        status = resp.body.get("status")
-        return isinstance(status, dict) and status.get("allowed") is True
+    # -- the annotator's guard check (annotator/controller.py asks it)
 
     async def admission_policy_object(
         self, resource: str, name: str, *, timeout: float
