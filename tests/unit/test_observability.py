@@ -26,8 +26,8 @@ from annotator.metrics import Metrics as AnnotatorMetrics
 from certs.pki import issue_serving, new_ca
 from tests.unit.webhook_fakes import MemorySource
 from webhook.flags import Settings
-from webhook.main import Server
 from webhook.metrics import Metrics as WebhookMetrics
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 REPO = Path(__file__).resolve().parents[2]

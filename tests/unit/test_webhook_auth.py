@@ -16,7 +16,7 @@ from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.auth import AuthError, CallerAuth
 from webhook.flags import Settings
-from webhook.main import Server
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 JSON = {"Content-Type": "application/json"}

@@ -26,7 +26,7 @@ from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.auth import CallerAuth
 from webhook.flags import Settings
-from webhook.main import Server
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 

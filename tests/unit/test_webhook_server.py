@@ -11,7 +11,7 @@ import aiohttp
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.flags import Settings
-from webhook.main import Server
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 
