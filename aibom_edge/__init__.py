@@ -1,6 +1,10 @@
 """The shared I/O edge: what the command line, the webhook, the annotator and certs all use.
 
-- ``kube``: the async raw-JSON Kubernetes API client (aiohttp).
+- ``kube``: the async raw-JSON Kubernetes API client (aiohttp), the request
+  client; it builds on ``credentials`` (kubeconfig, in-cluster, exec plugin
+  and OIDC tokens, client certificates), ``discovery`` (kind -> resource),
+  ``watch`` (the watch stream), ``listing`` (the paged list) and ``wire``
+  (media types, answers, errors).
 - ``logs``: structured log lines (json, logfmt, text), one format for every process.
 - ``options``: the options every command shares (kind registry, annotation
   prefix, walk depth, provenance key) and `UsageError`, the exit-2 error.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aibom_core.objects import Obj
-from aibom_edge.kube import KubeError, KubeResponse, retry_after
+from aibom_edge.wire import KubeError, KubeResponse, retry_after
 
 Fetch = Callable[[dict[str, str]], Coroutine[Any, Any, KubeResponse]]
 Refused = Callable[[KubeResponse], Awaitable[None]]

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypedDict, TypeVar
 
 import msgspec
 
-from aibom_edge.kube import loads
+from aibom_edge.wire import loads
 
 T = TypeVar("T")
 

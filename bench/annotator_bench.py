@@ -112,7 +112,7 @@ from aibom_core.provenance import parse_key, proof_for  # noqa: E402
 from aibom_core.stamp import Keys, stamp_of  # noqa: E402
 from aibom_edge.kube import METADATA_LIST, Kube  # noqa: E402
 from aibom_edge.reflector import DEFAULT_PAGE_SIZE  # noqa: E402
-from annotator.controller import wanted_kinds  # noqa: E402
+from annotator.settings import wanted_kinds  # noqa: E402
 from annotator.slim import keeps_metadata_only  # noqa: E402
 from tests.controlplane import ControlPlane, child_env, owner_reference  # noqa: E402
 

@@ -41,12 +41,12 @@ SERVERS = {
         "MODELS = [(m, 'Limits')]\n"
     ),
     "webhook": (
-        "import webhook.main as m, aibom_rollup.cli, argparse\n"
+        "import webhook.main as m, webhook.flags as f, aibom_rollup.cli, argparse\n"
         "from aibom_edge.options import flags_in_bounds\n"
         "p = argparse.ArgumentParser(); m.configure_parser(p)\n"
         "a = p.parse_args(['--cert-file', 'c', '--key-file', 'k'])\n"
-        "VALIDATE = lambda: flags_in_bounds(m.Limits, a)\n"
-        "MODELS = [(m, 'Limits')]\n"
+        "VALIDATE = lambda: flags_in_bounds(f.Limits, a)\n"
+        "MODELS = [(f, 'Limits')]\n"
     ),
 }
 

@@ -61,7 +61,7 @@ from aibom_core.provenance import (
 )
 from aibom_core.stamp import Keys
 from aibom_core.walk import UNPROVEN_REASONS, EdgeTrust, Fetched, Reason
-from aibom_edge.kube import KubeError
+from aibom_edge.kube import Kube, KubeError
 
 DEFAULT_SAR_TTL = 10.0
 DEFAULT_SAR_SIZE = 10_000
@@ -153,7 +153,7 @@ def review_body(user: UserInfo, attrs: FinalizersAttributes) -> dict[str, Any]:
 
 
 class AccessReviewer(Protocol):
-    """Where verdicts come from (`aibom_edge.kube.Kube` in production)."""
+    """Where verdicts come from (`ApiReviewer` in production)."""
 
     async def finalizers_resource(self, owner: OwnerRef) -> str | None:
         """The owner kind's plural resource (None: the server does not serve it)."""
@@ -162,6 +162,30 @@ class AccessReviewer(Protocol):
     async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
         """POST the review; its `status.allowed`. Raises on errors and timeouts."""
         ...
+
+
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+class ApiReviewer:
+    """The API server's answers: the owner kind's resource from discovery, the verdict
+    from a SubjectAccessReview (the webhook's own queries; the shared client only sends them)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    async def finalizers_resource(self, owner: OwnerRef) -> str | None:
+        res = await self._kube.discovery.resource(owner.group_kind)
+        return res.plural if res is not None else None
+
+    async def access_review(self, body: dict[str, Any], *, timeout: float) -> bool:
+        """POST a SubjectAccessReview; `status.allowed`. KubeError on a non-201 answer."""
+        path = SUBJECT_ACCESS_REVIEWS
+        resp = await self._kube.request("POST", path, json=body, timeout=timeout)
+        if resp.status not in (200, 201) or not isinstance(resp.body, dict):
+            raise KubeError(f"POST {path}: HTTP {resp.status}")
+        status = resp.body.get("status")
+        return isinstance(status, dict) and status.get("allowed") is True
 
 
 # (identity, owner group, owner kind, namespace, name): the kind stands for its

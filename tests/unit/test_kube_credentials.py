@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from aibom_edge import credentials as credentials_module
 from aibom_edge import kube as kube_module
-from aibom_edge.kube import Kube, KubeError, _load_credentials
+from aibom_edge.credentials import load_credentials
+from aibom_edge.kube import Kube, KubeError
 from certs.pki import issue, new_ca
 from tests.integration.oidc import FakeIdP, claims_of
 from tests.unit.webhook_fakes import serving_files
@@ -53,7 +55,7 @@ def test_tls_server_name_and_proxy_url_reach_the_connection(tmp_path: Path) -> N
         },
         {"token": "static-token"},
     )
-    creds = _load_credentials(str(path), "two")
+    creds = load_credentials(str(path), "two")
     assert creds.server == "https://10.0.0.1:6443"
     assert creds.tls_server_name == "kubernetes.default.svc"
     assert creds.proxy == "http://proxy.example:3128"
@@ -90,7 +92,7 @@ def test_an_exec_plugin_is_run_again_when_its_token_nears_expiry(tmp_path: Path)
         {"server": "https://127.0.0.1:6443", "insecure-skip-tls-verify": True},
         user,
     )
-    creds = _load_credentials(str(path), None)
+    creds = load_credentials(str(path), None)
     runs = int(counter.read_text())
     assert creds.token == f"tok-{runs}" and creds.tokens is not None
     # Already expired: due (no I/O to tell), and fetching runs the plugin again.
@@ -185,7 +187,7 @@ async def test_a_plugin_client_certificate_is_run_again_when_it_nears_expiry(
     token (its expirationTimestamp), and new handshakes present the new one."""
     counter, client_ca, user = cert_plugin(tmp_path, expires="2000-01-01T00:00:00Z")
     async with client_cert_server(tmp_path, client_ca) as (port, seen):
-        creds = _load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
+        creds = load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
         assert counter.read_text() == "1" and creds.tokens is not None
         async with Kube(creds) as kube:
             assert (await kube.request("GET", "/api/v1/namespaces/x")).status == 200
@@ -205,7 +207,7 @@ async def test_a_refused_plugin_client_certificate_is_replaced_and_the_request_r
         port,
         seen,
     ):
-        creds = _load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
+        creds = load_credentials(str(_cert_kubeconfig(tmp_path, port, user)), None)
         async with Kube(creds) as kube:
             resp = await kube.request("GET", "/api/v1/namespaces/x")
             assert resp.status == 200, seen
@@ -220,11 +222,11 @@ async def test_proxy_environment_applies_only_without_proxy_url(
     path = kubeconfig(tmp_path, {"server": "https://127.0.0.1:6443"}, {"token": "t"})
     for name in kube_module.PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    async with Kube(_load_credentials(str(path), None)) as kube:
+    async with Kube(load_credentials(str(path), None)) as kube:
         assert kube._session is not None and not kube._session.trust_env
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    creds = _load_credentials(str(path), None)
+    creds = load_credentials(str(path), None)
     # The environment's proxy is not pinned on every request (NO_PROXY must apply).
     assert creds.proxy is None
     async with Kube(creds) as kube:
@@ -236,7 +238,8 @@ async def test_proxy_environment_applies_only_without_proxy_url(
 
 
 class _Clock:
-    """`time` for aibom_edge.kube, moved forward by the test (the IdP keeps real time)."""
+    """`time` for aibom_edge.credentials (where tokens are judged), moved forward by the
+    test (the IdP keeps real time)."""
 
     def __init__(self) -> None:
         self.ahead = 0.0
@@ -251,7 +254,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
     c = _Clock()
-    monkeypatch.setattr(kube_module, "time", c)
+    monkeypatch.setattr(credentials_module, "time", c)
     return c
 
 
@@ -276,7 +279,7 @@ def test_an_oidc_id_token_is_refreshed_ahead_of_its_expiry(
 ) -> None:
     expired, refresh = idp.grant(lifetime=-30)
     path = oidc_kubeconfig(tmp_path, idp, expired, refresh, ca_data=True)
-    creds = _load_credentials(str(path), None)
+    creds = load_credentials(str(path), None)
     # Expired in the kubeconfig: the library refreshed it at load (its inline CA honoured).
     assert [g.ok for g in idp.grants()] == [True] and creds.token != expired
     tokens = creds.tokens
@@ -300,7 +303,7 @@ def test_an_oidc_id_token_is_refreshed_ahead_of_its_expiry(
 async def test_a_refused_oidc_refresh_is_counted_logged_and_retried_with_backoff(
     tmp_path: Path, idp: FakeIdP, clock: _Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
+    creds = load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
     tokens = creds.tokens
     assert tokens is not None and creds.token is not None and len(idp.grants()) == 1
     idp.revoke_all()
@@ -332,7 +335,7 @@ async def test_a_refused_oidc_refresh_is_counted_logged_and_retried_with_backoff
 def test_an_oidc_refresh_the_library_gives_up_silently_is_a_failure(
     tmp_path: Path, idp: FakeIdP, clock: _Clock
 ) -> None:
-    creds = _load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
+    creds = load_credentials(str(oidc_kubeconfig(tmp_path, idp, *idp.grant(lifetime=-1))), None)
     tokens = creds.tokens
     assert tokens is not None
     # The library returns without a word when discovery fails, keeping the old id-token.
@@ -347,7 +350,7 @@ def test_a_refused_oidc_refresh_at_start_is_a_clear_error(tmp_path: Path, idp: F
     expired, refresh = idp.grant(lifetime=-30)
     idp.revoke_all()
     with pytest.raises(KubeError) as err:
-        _load_credentials(str(oidc_kubeconfig(tmp_path, idp, expired, refresh)), None)
+        load_credentials(str(oidc_kubeconfig(tmp_path, idp, expired, refresh)), None)
     assert "cannot get Kubernetes credentials: InvalidGrantError" in str(err.value)
     assert "refresh token revoked" in str(err.value)
 
@@ -379,7 +382,7 @@ async def test_after_a_401_the_token_is_refreshed_and_the_request_retried_once(
             {"server": f"http://127.0.0.1:{port}"},
             user,
         )
-        async with Kube(_load_credentials(str(path), None)) as kube:
+        async with Kube(load_credentials(str(path), None)) as kube:
             runs = int(counter.read_text())
             resp = await kube.request("GET", "/api/v1/namespaces/x")
     finally:

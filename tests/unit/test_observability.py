@@ -21,15 +21,13 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from aibom_core.kinds import default_registry
-from aibom_core.stamp import Keys
 from annotator.export import ExportMetrics
 from annotator.metrics import Metrics as AnnotatorMetrics
 from certs.pki import issue_serving, new_ca
 from tests.unit.webhook_fakes import MemorySource
-from webhook.main import Server
+from webhook.flags import Settings
 from webhook.metrics import Metrics as WebhookMetrics
-from webhook.resolver import OwnerCache
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,13 +188,9 @@ def test_cert_expiry_gauge_follows_the_served_certificate(tmp_path: Path) -> Non
     first = _write_pair(tmp_path, days=3)
     reloader = CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
     server = Server(
+        Settings(host="127.0.0.1", port=0, owner_cache_ttl=0),
         source=MemorySource([]),
-        registry=default_registry(),
-        keys=Keys(),
         reloader=reloader,
-        host="127.0.0.1",
-        port=0,
-        cache=OwnerCache(ttl=0),
     )
     gauge = "aibom_webhook_serving_cert_expiry_timestamp_seconds"
     assert server.metrics.registry.get_sample_value(gauge) == first

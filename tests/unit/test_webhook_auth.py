@@ -11,14 +11,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from aibom_core.kinds import default_registry
-from aibom_core.stamp import Keys
 from tests.controlplane import webhook_caller
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.auth import AuthError, CallerAuth
-from webhook.main import Server
-from webhook.resolver import OwnerCache
+from webhook.flags import Settings
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 JSON = {"Content-Type": "application/json"}
@@ -32,19 +30,14 @@ async def _serve(
     client_ca = str(caller.client_ca_file) if cert else None
     token_file = str(caller.token_file) if token else None
     server = Server(
+        Settings(host="127.0.0.1", port=0, owner_cache_ttl=0, shutdown_grace=1.0),
         source=MemorySource(),
-        registry=default_registry(),
-        keys=Keys(),
         reloader=CertReloader(
             str(tmp_path / "tls.crt"),
             str(tmp_path / "tls.key"),
             client_ca_file=client_ca,
             interval=interval,
         ),
-        host="127.0.0.1",
-        port=0,
-        cache=OwnerCache(ttl=0),
-        shutdown_grace=1.0,
         auth=CallerAuth.from_files(client_ca_file=client_ca, token_file=token_file),
     )
     await server.start()

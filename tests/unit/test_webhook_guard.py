@@ -14,21 +14,19 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from aibom_core.kinds import default_registry
 from aibom_core.objects import Obj, OwnerRef
-from aibom_core.stamp import Keys
 from aibom_core.walk import Fetched
 from tests.controlplane import WebhookCaller, webhook_caller
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
 from webhook.auth import CallerAuth
-from webhook.guard import ConnectionGuard
-from webhook.main import Server
-from webhook.resolver import OwnerCache
+from webhook.flags import Settings
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 
@@ -90,21 +88,18 @@ async def _start(
     *,
     source: MemorySource | None = None,
     client_ca: str | None = None,
-    **kw: object,
+    auth: CallerAuth | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Live]:
+    """The server on loopback; `settings`: the flags' values other than their defaults."""
     serving_files(tmp_path)
     server = Server(
+        Settings(host="127.0.0.1", port=0, owner_cache_ttl=0, shutdown_grace=1.0, **settings),
         source=source if source is not None else MemorySource(),
-        registry=default_registry(),
-        keys=Keys(),
         reloader=CertReloader(
             str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), client_ca_file=client_ca
         ),
-        host="127.0.0.1",
-        port=0,
-        cache=OwnerCache(ttl=0),
-        shutdown_grace=1.0,
-        **kw,  # type: ignore[arg-type]
+        auth=auth,
     )
     await server.start()
     serving = asyncio.create_task(server.serve_until_stopped())
@@ -162,8 +157,7 @@ async def test_half_a_head_is_cut_off_by_the_default_header_timeout(live: Live) 
 
 
 async def test_limits_are_configurable_and_a_no_tls_client_is_cut_too(tmp_path: Path) -> None:
-    guard = ConnectionGuard(header_timeout=0.5, body_timeout=0.5)
-    async for live in _start(tmp_path, guard=guard):
+    async for live in _start(tmp_path, header_timeout=0.5, body_timeout=0.5):
         reader, writer = await live.tls()
         writer.write(HEAD + b"{")
         await writer.drain()
@@ -189,8 +183,8 @@ async def test_limits_are_configurable_and_a_no_tls_client_is_cut_too(tmp_path: 
 
 async def test_slow_clients_cannot_starve_a_real_review(tmp_path: Path) -> None:
     # Long timeouts: only the cap's eviction can make room.
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=20)
-    async for live in _start(tmp_path, guard=guard):
+    async for live in _start(tmp_path, header_timeout=30, body_timeout=30, max_connections=20):
+        guard = live.server.guard
         slow = []
         for i in range(60):
             reader, writer = await live.tls()
@@ -235,8 +229,15 @@ async def test_at_the_cap_the_longest_waiting_is_evicted_never_a_review_in_fligh
 ) -> None:
     rs = mk("ReplicaSet", "rs")
     source = GatedSource([rs])
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=3)
-    async for live in _start(tmp_path, guard=guard, source=source, walk_deadline=30):
+    async for live in _start(
+        tmp_path,
+        header_timeout=30,
+        body_timeout=30,
+        max_connections=3,
+        source=source,
+        walk_deadline=30,
+    ):
+        guard = live.server.guard
         # A review whose walk waits on the owner GET: it is being answered.
         answer = asyncio.create_task(live.review(mk("Pod", "p", rs), uid="in-flight"))
         await source.wait_for(1)
@@ -268,8 +269,15 @@ async def test_at_the_cap_with_every_review_in_flight_a_new_connection_is_closed
 ) -> None:
     owners = [mk("ReplicaSet", "rs1"), mk("ReplicaSet", "rs2")]
     source = GatedSource(owners)
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=2)
-    async for live in _start(tmp_path, guard=guard, source=source, walk_deadline=30):
+    async for live in _start(
+        tmp_path,
+        header_timeout=30,
+        body_timeout=30,
+        max_connections=2,
+        source=source,
+        walk_deadline=30,
+    ):
+        guard = live.server.guard
         answers = [
             asyncio.create_task(live.review(mk("Pod", f"p{i}", rs), uid=f"u{i}"))
             for i, rs in enumerate(owners)
@@ -351,8 +359,14 @@ async def test_at_the_cap_a_flood_never_evicts_the_api_servers_idle_connection(
     auth = CallerAuth.from_files(
         client_ca_file=client_ca, token_file=None if by_cert else str(caller.token_file)
     )
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=3)
-    async for live in _start(tmp_path, guard=guard, auth=auth, client_ca=client_ca):
+    async for live in _start(
+        tmp_path,
+        header_timeout=30,
+        body_timeout=30,
+        max_connections=3,
+        auth=auth,
+        client_ca=client_ca,
+    ):
         api = await (_api_server(tmp_path, live, caller) if by_cert else live.tls())
         assert await _review_on(api, token) == 200
         flood = await _flood(live, 2)
@@ -374,8 +388,14 @@ async def test_with_client_certificates_a_stranger_never_displaces_the_api_serve
     caller = webhook_caller(tmp_path / "caller", webhook_host="127.0.0.1", token=False)
     client_ca = str(caller.client_ca_file)
     auth = CallerAuth.from_files(client_ca_file=client_ca, token_file=None)
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=2)
-    async for live in _start(tmp_path, guard=guard, auth=auth, client_ca=client_ca):
+    async for live in _start(
+        tmp_path,
+        header_timeout=30,
+        body_timeout=30,
+        max_connections=2,
+        auth=auth,
+        client_ca=client_ca,
+    ):
         api = [await _api_server(tmp_path, live, caller) for _ in range(2)]
         for conn in api:
             assert await _review_on(conn) == 200
@@ -395,8 +415,7 @@ async def test_without_caller_authentication_answered_connections_outlast_a_slow
     """No --client-ca-file, no --client-token-file: the API server cannot be told from
     anyone who sends valid reviews (docs/webhook.md), but a connection that had a review
     answered still outlasts the ones that never completed a request."""
-    guard = ConnectionGuard(header_timeout=30, body_timeout=30, max_connections=3)
-    async for live in _start(tmp_path, guard=guard):
+    async for live in _start(tmp_path, header_timeout=30, body_timeout=30, max_connections=3):
         answered = await live.tls()
         assert await _review_on(answered) == 200
         flood = await _flood(live, 2)

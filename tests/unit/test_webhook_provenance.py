@@ -10,17 +10,20 @@ from typing import Any
 
 import pytest
 
-from aibom_core.kinds import default_registry
+from aibom_core.kinds import GroupKind, default_registry
 from aibom_core.objects import Obj, OwnerRef, controller_ref
 from aibom_core.provenance import Origin, origin_of, proof_for, verify
 from aibom_core.stamp import Keys
 from aibom_core.walk import Reason
+from aibom_edge.kube import ApiResource, KubeError, KubeResponse
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, apply_patch, review
 from webhook.admission import parse_review
 from webhook.app import Admitter
 from webhook.metrics import Metrics
 from webhook.provenance import (
+    SUBJECT_ACCESS_REVIEWS,
+    ApiReviewer,
     EdgeChecker,
     FinalizersAttributes,
     Provenance,
@@ -615,3 +618,36 @@ async def test_a_create_binds_the_proof_to_the_second_it_was_answered() -> None:
         out["metadata"]["uid"] = "assigned-by-the-api-server"
         out["metadata"]["creationTimestamp"] = "2026-01-02T03:04:06Z"
         assert verify(KEY, proof, out, controller_ref(out))  # type: ignore[arg-type]
+
+
+class _Api:
+    """A client answering one SubjectAccessReview, with discovery knowing ReplicaSets."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.answer = KubeResponse(status, body, {})
+        self.posted: list[tuple[str, str, Any]] = []
+        self.discovery = self
+
+    async def resource(self, gk: GroupKind) -> ApiResource | None:
+        if gk != GroupKind("apps", "ReplicaSet"):
+            return None
+        return ApiResource("apps", "v1", "ReplicaSet", "replicasets", namespaced=True)
+
+    async def request(self, method: str, path: str, **kw: Any) -> KubeResponse:
+        self.posted.append((method, path, kw.get("json")))
+        return self.answer
+
+
+async def test_the_api_reviewer_asks_discovery_and_posts_the_review() -> None:
+    api = _Api(201, {"status": {"allowed": True}})
+    reviewer = ApiReviewer(api)  # type: ignore[arg-type]
+    assert await reviewer.finalizers_resource(OWNER) == "replicasets"
+    assert await reviewer.finalizers_resource(OwnerRef("x/v1", "Widget", "w", "u")) is None
+    body = {"kind": "SubjectAccessReview"}
+    assert await reviewer.access_review(body, timeout=1.0)
+    assert api.posted == [("POST", SUBJECT_ACCESS_REVIEWS, body)]
+    api.answer = KubeResponse(201, {"status": {"allowed": False, "denied": True}}, {})
+    assert not await reviewer.access_review(body, timeout=1.0)
+    api.answer = KubeResponse(403, {"kind": "Status"}, {})
+    with pytest.raises(KubeError, match="HTTP 403"):
+        await reviewer.access_review(body, timeout=1.0)

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import aiohttp
 
-from aibom_core.kinds import default_registry
-from aibom_core.stamp import Keys
 from tests.unit.kobj import mk
 from tests.unit.webhook_fakes import MemorySource, body, review, serving_files
-from webhook.main import Server
-from webhook.resolver import OwnerCache
+from webhook.flags import Settings
+from webhook.server import Server
 from webhook.tls import CertReloader
 
 
@@ -22,15 +20,11 @@ async def test_stop_finishes_the_review_in_flight(tmp_path: Path) -> None:
     owner = mk("Deployment", "d")
     source = MemorySource([owner], delay=0.5)  # a slow API server
     server = Server(
+        Settings(
+            host="127.0.0.1", port=0, walk_deadline=2.0, owner_cache_ttl=0, shutdown_grace=5.0
+        ),
         source=source,
-        registry=default_registry(),
-        keys=Keys(),
         reloader=CertReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
-        host="127.0.0.1",
-        port=0,
-        walk_deadline=2.0,
-        cache=OwnerCache(ttl=0),
-        shutdown_grace=5.0,
     )
     await server.start()
     serving = asyncio.create_task(server.serve_until_stopped())
