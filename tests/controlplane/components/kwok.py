@@ -73,8 +73,11 @@ SERVICE_ACCOUNT: Final = "kwok-controller"
 NODE_ANNOTATION: Final = ("kwok.x-k8s.io/node", "fake")
 #: A label of ours on the Nodes it made (deleted on stop).
 NODE_LABEL: Final = ("type", "kwok")
-#: How many fake Nodes.
-NODES: Final = 4
+#: How many fake Nodes. Enough GPUs for the largest module: test_nim_operator keeps
+#: a guarded and an unguarded namespace for the module, each with a multi-node
+#: NIMService (2 Pods of 8 GPUs, a whole Node each) and 1-GPU Pods beside it, so
+#: 4 Nodes (32 GPUs) left a Pod Pending whenever a namespace's Pods were slow to go.
+NODES: Final = 8
 #: Each Node's capacity and allocatable: a GPU node (the ``node-initialize`` Stage keeps
 #: what the Node says; without it, kwok's defaults have no ``nvidia.com/gpu``).
 NODE_RESOURCES: Final = {
