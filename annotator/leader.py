@@ -1,7 +1,10 @@
 """Leader election: the async driver of the rules in `annotator.lease`.
 
 Every `retry_period` it reads the Lease and writes what `lease.decide`
-says (take it, renew it) or waits. Leadership starts when a write
+says (take it, renew it) or waits; a standby whose view of the holder's
+record runs out before its next round looks again at that moment, so a
+takeover comes `lease_duration` after it saw the dead leader's last
+renewal, not up to one more `retry_period` later. Leadership starts when a write
 succeeds; it ends when someone else holds the Lease, on `release()`
 (graceful shutdown, which hands the Lease over at once), or at the renew
 deadline: `renew_deadline` seconds (monotonic clock) after the *start* of
@@ -68,6 +71,7 @@ class LeaderElector:
         self._leading = False
         self._valid_until = -math.inf
         self._obs: Observation | None = None
+        self._expires: float | None = None  # when the other holder's Lease runs out (waiting)
         self._path = (
             f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases/{config.name}"
         )
@@ -132,6 +136,7 @@ class LeaderElector:
     async def step(self) -> None:
         """One round: read, decide, write. Never raises for API trouble."""
         started = self._clock()
+        self._expires = None  # a failed round looks again after the full retry period
         try:
             lease = await self._read()
             self._obs = observe(self._obs, lease, now=self._clock())
@@ -139,6 +144,7 @@ class LeaderElector:
                 self._obs, config=self.config, now=self._clock(), wall=micro_time(self._wall())
             )
             if isinstance(decision, Wait):
+                self._expires = decision.expires
                 self._set(False, f"the Lease is held by {decision.holder}")
                 return
             if decision.create:
@@ -180,11 +186,18 @@ class LeaderElector:
         try:
             while True:
                 await self.step()
-                await self._sleep(self.config.retry_period)
+                await self._sleep(self.pause())
         finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+
+    def pause(self) -> float:
+        """How long to wait before the next round: `retry_period`, or less when the
+        Lease we wait on runs out sooner (a hair after, so the next read finds it out)."""
+        if self._expires is None:
+            return self.config.retry_period
+        return min(self.config.retry_period, max(0.0, self._expires - self._clock()) + 0.01)
 
     async def release(self) -> None:
         """Give the Lease up (graceful shutdown); the writers must be stopped first."""

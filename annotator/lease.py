@@ -122,17 +122,25 @@ class Write:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Somebody else holds a valid Lease; look again after the retry period."""
+    """Somebody else holds a valid Lease; look again after the retry period, or at
+    `expires` (our clock) if that comes first: the moment the record, unchanged
+    since we first saw it, runs out."""
 
     holder: str
+    expires: float
+
+
+def expires_at(obs: Observation, *, config: ElectionConfig) -> float:
+    """When the record we see runs out on our clock: `duration` after we first saw it."""
+    duration = (obs.record.duration if obs.record else 0) or config.lease_duration
+    return obs.seen_at + duration
 
 
 def held_by_other(obs: Observation, *, config: ElectionConfig, now: float) -> bool:
     rec = obs.record
     if rec is None or not rec.holder or rec.holder == config.identity:
         return False
-    duration = rec.duration or config.lease_duration
-    return now < obs.seen_at + duration
+    return now < expires_at(obs, config=config)
 
 
 def decide(obs: Observation, *, config: ElectionConfig, now: float, wall: str) -> Write | Wait:
@@ -155,7 +163,7 @@ def decide(obs: Observation, *, config: ElectionConfig, now: float, wall: str) -
             acquiring=True,
         )
     if held_by_other(obs, config=config, now=now):
-        return Wait(holder=rec.holder)
+        return Wait(holder=rec.holder, expires=expires_at(obs, config=config))
     ours = rec.holder == config.identity
     new = LeaseRecord(
         holder=config.identity,

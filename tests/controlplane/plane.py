@@ -556,13 +556,63 @@ class ControlPlane:
         )  # fmt: skip
 
     def wait_established(self, names: Iterable[str], timeout: float = 120.0) -> None:
-        """Wait until each CRD of ``names`` is Established."""
-        crds = [f"crd/{n}" for n in names]
-        if crds:
-            self.kubectl(
-                "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *crds,
-                timeout=timeout + 10,
-            )  # fmt: skip
+        """Wait until each CRD of ``names`` is Established: a LIST, then a WATCH from
+        its resourceVersion until the last one turns Established.
+
+        Not ``kubectl wait --for=condition=Established``: on a CRD the server
+        has not yet given a status it fails at once (``.status.conditions
+        accessor error: <nil> is of the type <nil>``), which a loaded machine hits.
+        """
+        pending = set(names)
+        if not pending:
+            return
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        deadline = time.monotonic() + timeout
+        while pending:
+            listing = self.request("GET", base)
+            if listing.status != 200:
+                raise ControlPlaneError(f"list CRDs: HTTP {listing.status}: {listing.body[:200]!r}")
+            body = listing.json()
+            pending -= {c["metadata"]["name"] for c in body["items"] if _established(c)}
+            left = deadline - time.monotonic()
+            if not pending:
+                return
+            if left <= 0:
+                raise ControlPlaneError(
+                    f"CRDs not Established in {timeout:.0f} s: {sorted(pending)}"
+                )
+            rv = body["metadata"]["resourceVersion"]
+            for event in self._watch(f"{base}?watch=1&resourceVersion={rv}", left):
+                if event.get("type") in ("ADDED", "MODIFIED") and _established(event["object"]):
+                    pending.discard(event["object"]["metadata"]["name"])
+                    if not pending:
+                        return
+            # the watch ended (server timeout, 410 Gone): list again
+
+    def _watch(self, path: str, timeout: float) -> Iterator[dict[str, Any]]:
+        """The events of one WATCH request, as admin, for at most ``timeout`` seconds."""
+        if self.ports is None:
+            raise ControlPlaneError("control plane not started")
+        who = self._admin()
+        ctx = self._contexts.get(who.cert_file)
+        if ctx is None:
+            ctx = self._contexts[who.cert_file] = self.ssl_context(who)
+        seconds = max(1, int(timeout))
+        conn = http.client.HTTPSConnection(
+            "127.0.0.1", self.ports.apiserver, timeout=timeout + 5, context=ctx
+        )
+        try:
+            conn.request(
+                "GET", f"{path}&timeoutSeconds={seconds}", headers={"Accept": "application/json"}
+            )
+            resp = conn.getresponse()
+            if resp.status != 200:
+                return
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            conn.close()
 
     # ----------------------------------------------------------- CRDs
     def install_crds(
@@ -629,8 +679,13 @@ class ControlPlane:
         )
         if resp.status != 200:
             return False
-        conditions = resp.json().get("status", {}).get("conditions", [])
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+        return _established(resp.json())
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    """Whether a CRD object carries condition Established=True."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 @contextlib.contextmanager

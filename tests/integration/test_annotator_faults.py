@@ -436,7 +436,8 @@ def test_sigkilled_leader_mid_reconcile_no_overlap_of_writers(
     assert last_old < takeover["stageTimestamp"] <= first_new, (last_old, takeover, first_new)
     # On the API server's clock: from the dead leader's last renewal to the takeover,
     # at most LeaseDuration + RetryPeriod (the standby sees a renewal up to one
-    # retry period late and then waits the lease out on its own clock).
+    # retry period late, waits the lease out on its own clock and looks again the
+    # moment it runs out, not at its next round), plus 0.5 s for its read and write.
     last_renewal = [e for e in lease if e["user"]["username"] == "writer-leader"][-1]
     gap = _seconds(takeover["stageTimestamp"]) - _seconds(last_renewal["stageTimestamp"])
     print(f"Lease: last renewal of the dead leader to the standby's takeover: {gap:.2f} s")

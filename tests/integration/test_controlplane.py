@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from aibom_core.objects import Obj
-from tests.controlplane import K8S_VERSION, ControlPlane, Kubectl, shared_dir
+from tests.controlplane import K8S_VERSION, ControlPlane, ControlPlaneError, Kubectl, shared_dir
 from tests.integration.support import crd, wait_for
 
 pytestmark = pytest.mark.integration
@@ -374,6 +374,8 @@ def test_install_crd_later_and_delete(control_plane: ControlPlane, tmp_path: Pat
     assert not cp.crd_established(f"widgets.{group}")
     assert cp.request("GET", f"{base}/w").status == 404
     cp.delete_crd(f"widgets.{group}")  # already gone: no error
+    with pytest.raises(ControlPlaneError, match="not Established"):
+        cp.wait_established([f"widgets.{group}"], timeout=2)
 
 
 # --------------------------------------------------------------------------- admission webhook

@@ -223,6 +223,58 @@ async def test_standby_takes_over_only_after_the_lease_duration_on_its_own_clock
     assert api.lease is not None and api.lease["spec"]["leaseTransitions"] == 1
 
 
+async def test_a_running_standby_takes_over_when_the_lease_runs_out_not_a_retry_later() -> None:
+    """Rounds every 2 s from t=1 would find the lease seen at t=1 expired only at
+    t=17; the standby looks again at t=16 (+ a hair) and takes it then."""
+    api, clock = LeaseApi(), FakeClock()
+    a = elector(api, clock, [])
+    await a.step()  # a leads from t=0, then dies
+    b_changes: list[bool] = []
+    b = LeaderElector(
+        api,  # type: ignore[arg-type]
+        ElectionConfig(identity="b", namespace="sys", name="lock"),
+        on_change=b_changes.append,
+        clock=clock.now,
+        wall=lambda: 1_700_000_000 + clock.now(),
+        sleep=clock.sleep,
+    )
+    clock.t = 1.0
+    run = asyncio.create_task(b.run())
+    await clock.settle()
+    assert b.pause() == CFG.retry_period  # 15 s left: the usual round
+    await clock.advance(14.9, step=0.05)  # t=15.9
+    assert b_changes == [] and b.pause() <= 0.2
+    await clock.advance(0.2, step=0.05)  # t=16.1
+    assert b_changes == [True], "the standby waited for its next round"
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "b"
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_failed_round_waits_the_full_retry_period_not_the_expiry() -> None:
+    api, clock = LeaseApi(), FakeClock()
+    await elector(api, clock, []).step()  # another holder from t=0
+    b = LeaderElector(
+        api,  # type: ignore[arg-type]
+        ElectionConfig(identity="b", namespace="sys", name="lock"),
+        on_change=lambda _: None,
+        clock=clock.now,
+        wall=lambda: 1_700_000_000 + clock.now(),
+        sleep=clock.sleep,
+    )
+    await b.step()
+    clock.t = 14.0
+    await b.step()
+    assert b.pause() == pytest.approx(1.01)  # the lease seen at t=0 runs out at t=15
+    api.hang = True
+    step = asyncio.create_task(b.step())
+    await clock.settle()
+    step.cancel()  # the read times out: a failed round
+    await asyncio.gather(step, return_exceptions=True)
+    clock.t = 20.0
+    assert b.pause() == CFG.retry_period, "a failing API would be polled in a hot loop"
+
+
 async def test_release_hands_the_lease_over_and_stops_writing_first() -> None:
     api, clock = LeaseApi(), FakeClock()
     changes: list[bool] = []

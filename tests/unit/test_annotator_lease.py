@@ -56,6 +56,8 @@ def test_a_silent_holder_is_waited_out_on_our_clock(elapsed: float, expect: type
     assert again.seen_at == 100
     d = decide(again, config=CFG, now=100 + elapsed, wall=WALL)
     assert isinstance(d, expect)
+    if isinstance(d, Wait):
+        assert d.expires == 100 + 15  # first seen at 100, not re-read at 100 + elapsed
     if isinstance(d, Write):
         assert d.acquiring and not d.create
         assert d.body["metadata"]["resourceVersion"] == "7"
