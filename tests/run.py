@@ -8,7 +8,10 @@ test files by time):
 1. **builds** (background): every Go program the integration tests run
    (``python -m tests.controlplane build --all``), a cache hit in well under a
    second once built, minutes on a clean machine; it runs while the next two
-   phases run, so a cold build overlaps the lint and the unit tests;
+   phases run, so a cold build overlaps the lint and the unit tests. An operator
+   whose module the proxy refuses and whose source tree is not on this machine
+   (a clone without ``shared/upstream`` beside it) is "not built here": the
+   summary names it and the test modules that need it skip, with the reason;
 2. **lint**: ruff, ruff format, ``mypy --strict``, the import contracts; beside
 3. **unit**: ``pytest -m "not integration"`` (everything that needs no control
    plane), spread over ``--unit-workers`` processes;
@@ -163,9 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     if phases["lint"].code:
         sys.stdout.writelines(phases["lint"].output)
     builder.join()
+    unbuilt = [line.split("not built: ", 1)[1].split(" ", 1)[0]
+               for line in phases["builds"].output if "not built: " in line]  # fmt: skip
+    if unbuilt:
+        phases[
+            "builds"
+        ].note = f"not built here: {', '.join(unbuilt)} (their tests skip or fail, see above)"
     if "integration" not in skip:
         _say(f"integration tests ({args.workers} workers, one control plane each)")
-        cmd = _pytest(["-m", "integration", "tests"], args.workers, junit)
+        # -rs: each skipped module's reason (a component not built here) is listed.
+        cmd = _pytest(["-rs", "-m", "integration", "tests"], args.workers, junit)
         _run(cmd, phases["integration"], echo=True)
     _summary(phases, time.monotonic() - began, junit)
     failed = [p.name for p in phases.values() if p.code not in (None, 0)]

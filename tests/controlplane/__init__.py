@@ -39,7 +39,7 @@ from __future__ import annotations
 from tests.controlplane import components as components
 from tests.controlplane.apiserver import OidcIssuer
 from tests.controlplane.component import REGISTRY, Component
-from tests.controlplane.gobuild import BuildError
+from tests.controlplane.gobuild import BuildError, SourceMissing
 from tests.controlplane.identity import ClientIdentity, ServingCert, WebhookCaller, webhook_caller
 from tests.controlplane.kubernetes import (
     BINARIES,
@@ -68,6 +68,7 @@ __all__ = [
     "REPO_ROOT",
     "ApiResponse",
     "BuildError",
+    "SourceMissing",
     "ClientIdentity",
     "Component",
     "ControlPlane",

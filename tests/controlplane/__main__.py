@@ -23,6 +23,7 @@ from tests.controlplane import (
     BuildError,
     ControlPlane,
     ControlPlaneError,
+    SourceMissing,
     cache_dir,
     ensure_binaries,
     webhook_caller,
@@ -115,10 +116,17 @@ def _names(value: str | None) -> list[str]:
     return names
 
 
-def build_all(names: list[str], *, tools: bool = False) -> None:
+def build_all(names: list[str], *, tools: bool = False) -> dict[str, BuildError]:
     """Build the control plane, the components ``names`` (and what they require) and,
-    with ``tools``, the Go tools: what a test run or the demo needs before it starts."""
+    with ``tools``, the Go tools: what a test run or the demo needs before it starts.
+
+    The control plane's own build raises. Any other failure is kept, by name, and the
+    rest are still built: one operator that cannot be built here stops nothing else.
+    A component that requires one that was not built is not built either (its error
+    is of the same class, :class:`SourceMissing` included). Returns what was not built.
+    """
     ensure_binaries()
+    failed: dict[str, BuildError] = {}
     seen: set[str] = set()
 
     def build(name: str) -> None:
@@ -127,19 +135,39 @@ def build_all(names: list[str], *, tools: bool = False) -> None:
         seen.add(name)
         for needed in REGISTRY[name].requires:
             build(needed)
-        REGISTRY[name].build()
+            if needed in failed:
+                cause = failed[needed]
+                failed[name] = type(cause)(f"requires {needed}, which was not built: {cause}")
+                return
+        try:
+            REGISTRY[name].build()
+        except BuildError as exc:
+            failed[name] = exc
 
     for name in names:
         build(name)
     for tool in TOOLS if tools else ():
-        ensure_tool(tool)
+        try:
+            ensure_tool(tool)
+        except BuildError as exc:
+            failed[tool] = exc
+    return failed
+
+
+def report_unbuilt(failed: dict[str, BuildError]) -> int:
+    """Print one ``not built:`` line per failure; 1 if any is a broken build, 0 if every
+    one only lacks its source tree here (the tests that need them skip and say so)."""
+    for name, exc in sorted(failed.items()):
+        kind = "no source tree here" if isinstance(exc, SourceMissing) else "BUILD FAILED"
+        print(f"not built: {name} ({kind}): {exc}", file=sys.stderr)
+    return 1 if any(not isinstance(e, SourceMissing) for e in failed.values()) else 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     names = sorted(REGISTRY) if args.all else args.with_
-    build_all(names, tools=args.all)
+    code = report_unbuilt(build_all(names, tools=args.all))
     print(ensure_binaries())
-    return 0
+    return code
 
 
 def cmd_list(_: argparse.Namespace) -> int:
@@ -174,7 +202,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"already running (supervisor pid {state['pid']})")
         _print_info(state)
         return 0
-    build_all(args.with_)  # in the foreground, so the builds' progress shows
+    # In the foreground, so the builds' progress shows; what was asked for must run.
+    failed = build_all(args.with_)
+    if failed:
+        report_unbuilt(failed)
+        return 1
     directory = state_dir()
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)

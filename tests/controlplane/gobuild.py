@@ -51,6 +51,12 @@ class BuildError(RuntimeError):
     """A Go build of the harness failed, or its source could not be found."""
 
 
+class SourceMissing(BuildError):
+    """The module proxy refuses an upstream module and no source tree of it is on
+    this machine: not a broken build, one that cannot be made here (a clone without
+    ``shared/upstream`` beside it). Tests that need it skip and say why."""
+
+
 @dataclass(frozen=True)
 class SourceTree:
     """An upstream module the proxy may refuse: where its code comes from.
@@ -425,7 +431,7 @@ def _find_tree(source: SourceTree) -> Path:
         tried.append(str(path))
         if (path / source.build_dir / source.marker).is_file():
             return path
-    raise BuildError(
+    raise SourceMissing(
         f"{source.module}@{source.version}: the module proxy refuses it and no source tree"
         f" was found (tried {', '.join(tried)}); set AIBOM_UPSTREAM_SRC to the folder that"
         f" holds {source.tree}/ (commit {source.commit})"
@@ -436,7 +442,10 @@ def _locate(relative: str) -> Path:
     for base in upstream_source_dirs():
         if (base / relative).is_dir():
             return base / relative
-    raise BuildError(f"{relative} not found under {', '.join(map(str, upstream_source_dirs()))}")
+    raise SourceMissing(
+        f"{relative} not found under {', '.join(map(str, upstream_source_dirs()))} (set"
+        " AIBOM_UPSTREAM_SRC to the folder that holds it)"
+    )
 
 
 def _served(gomod: str, module: str) -> bool:

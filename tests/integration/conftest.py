@@ -80,7 +80,14 @@ from types import FrameType
 
 import pytest
 
-from tests.controlplane import Component, ControlPlane, ControlPlaneError, Kubectl
+from tests.controlplane import (
+    BuildError,
+    Component,
+    ControlPlane,
+    ControlPlaneError,
+    Kubectl,
+    SourceMissing,
+)
 from tests.controlplane.__main__ import build_all
 from tests.controlplane.gotools import ensure_tool
 from tests.integration.chains import Spaces, guard_applied, operator_namespaces
@@ -97,6 +104,8 @@ from tests.integration.support import (
 )
 
 _BUILD_ERROR: list[BaseException] = []
+#: What the collected tests need that could not be built, by component or tool name.
+_UNBUILT: dict[str, BuildError] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -161,15 +170,35 @@ def _marked(session: pytest.Session, marker: str) -> list[str]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build what the collected tests need before the first one starts: a cold build
     takes minutes and must not count against a test's timeout. A failure is not
-    raised here: the fixture that needs the build fails with its error, loudly."""
+    raised here: the control plane's fails every test (`control_plane`), a
+    component's or tool's only the modules that name it (`_built`)."""
     if not any(item.get_closest_marker("integration") for item in session.items):
         return
     try:
-        build_all(_marked(session, "components"))
-        for name in _marked(session, "gotools"):
-            ensure_tool(name)
+        _UNBUILT.update(build_all(_marked(session, "components")))
     except Exception as exc:
         _BUILD_ERROR.append(exc)
+        return
+    for name in _marked(session, "gotools"):
+        try:
+            ensure_tool(name)
+        except BuildError as exc:
+            _UNBUILT[name] = exc
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _built(request: pytest.FixtureRequest) -> None:
+    """A module that names a component or tool that was not built: skipped when its
+    source tree is not on this machine (the reason says which and how to point to
+    one), failed when its build broke."""
+    for marker in ("components", "gotools"):
+        for mark in request.node.iter_markers(marker):
+            for name in map(str, mark.args):
+                exc = _UNBUILT.get(name)
+                if isinstance(exc, SourceMissing):
+                    pytest.skip(f"{name} is not built here: {exc}")
+                if exc is not None:
+                    pytest.fail(f"cannot build {name}: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -18,10 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from demo.run import COMPONENTS as DEMO_COMPONENTS
 from tests.controlplane import REPO_ROOT, child_env, kubectl_path
 from tests.integration.support import free_port
 
-pytestmark = pytest.mark.integration
+#: The demo starts these (demo/run.py COMPONENTS): built before the first test, and
+#: the module skips where one cannot be built here (no source tree), as the
+#: operators' own modules do. The `components` fixture is not used: the demo starts
+#: its own control plane and components.
+pytestmark = [pytest.mark.integration, pytest.mark.components(*DEMO_COMPONENTS)]
 
 
 # Lines the demo must print.
