@@ -18,6 +18,7 @@ from tests.controlplane.components import (
     nim,
     registry,
     scheduler,
+    volcano,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "nim",
     "registry",
     "scheduler",
+    "volcano",
 ]

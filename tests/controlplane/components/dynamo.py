@@ -304,8 +304,15 @@ class Dynamo(Component):
         for doc in rbac:
             if doc["kind"] == "ClusterRole" and doc["metadata"]["name"] == CLUSTER_ROLE:
                 doc["rules"] = [*doc["rules"], *MISSING_RULES]
-        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        self.plane.apply([namespace, *crds, *rbac, PLANNER_ROLE])
+        # Its own namespace (kustomize's), and the chart's release namespace, where the
+        # chart would install it: the OperatorConfiguration names it for the MPI SSH
+        # Secret every multinode graph needs (`mpi.sshSecretNamespace`), and the
+        # operator creates the Secret there, not the namespace.
+        namespaces = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            for name in (NAMESPACE, CHART_NAMESPACE)
+        ]
+        self.plane.apply([*namespaces, *crds, *rbac, PLANNER_ROLE])
         self.plane.wait_established(d["metadata"]["name"] for d in crds)
         kubeconfig = self.run_as(NAMESPACE, SERVICE_ACCOUNT)
         serving = self.plane.issue_serving_cert("dynamo-webhook")  # tls.crt and tls.key
