@@ -44,7 +44,7 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 BIN: Final = Path(sys.executable).parent
 PHASES: Final = ("builds", "lint", "unit", "integration")
 #: Integration workers: the tests mostly wait, so more than the 2 cores pay (BENCHMARKS.md,
-#: "make test": 4 was the fastest of 2-6 measured on 2 cores).
+#: "make test" has the phases' times at this default).
 DEFAULT_WORKERS: Final = 4
 
 
