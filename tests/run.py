@@ -15,7 +15,8 @@ test files by time):
 2. **lint**: ruff, ruff format, ``mypy --strict``, the import contracts; beside
 3. **unit**: ``pytest -m "not integration"`` (everything that needs no control
    plane), spread over ``--unit-workers`` processes;
-4. **integration**: once the builds are done, ``pytest -m integration``, one
+4. **integration**: as soon as the builds are done (with the unit tests and the
+   lint still running, when the builds are cached), ``pytest -m integration``, one
    file per worker at a time over ``--workers`` processes (pytest-xdist
    ``--dist loadfile``); each worker runs its own control plane, so files never
    share one, and the tests mostly wait on the API server and the processes
@@ -98,6 +99,17 @@ def _pytest(args: list[str], workers: int, junit: Path | None) -> list[str]:
     return cmd
 
 
+def integration_command(paths: list[str], workers: int, junit: Path | None) -> list[str]:
+    """``pytest -m integration`` over `paths`, the files in collection order.
+
+    ``--no-loadscope-reorder``: xdist would otherwise hand out the files by their
+    number of tests, most first, undoing the longest-first order of
+    tests/integration/conftest.py (a 1-test, 3-minute file went last).
+    """
+    # -rs: each skipped module's reason (a component not built here) is listed.
+    return _pytest(["-rs", "-m", "integration", "--no-loadscope-reorder", *paths], workers, junit)
+
+
 def file_times(junit: Path) -> dict[str, float]:
     """Seconds of test time per test file, from a JUnit XML report."""
     times: dict[str, float] = defaultdict(float)
@@ -158,13 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     linter = threading.Thread(target=_lint, args=(phases["lint"],), daemon=True)
     if "lint" not in skip:
         linter.start()
+    unit = threading.Thread(
+        target=_run,
+        args=(_pytest(["-m", "not integration", "tests"], args.unit_workers, None), phases["unit"]),
+        kwargs={"echo": True, "prefix": "[unit] "},
+        daemon=True,
+    )
     if "unit" not in skip:
         _say(f"unit tests ({args.unit_workers} workers), beside the lint and the builds")
-        cmd = _pytest(["-m", "not integration", "tests"], args.unit_workers, None)
-        _run(cmd, phases["unit"], echo=True)
-    linter.join()
-    if phases["lint"].code:
-        sys.stdout.writelines(phases["lint"].output)
+        unit.start()
     builder.join()
     unbuilt = [line.split("not built: ", 1)[1].split(" ", 1)[0]
                for line in phases["builds"].output if "not built: " in line]  # fmt: skip
@@ -174,9 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         ].note = f"not built here: {', '.join(unbuilt)} (their tests skip or fail, see above)"
     if "integration" not in skip:
         _say(f"integration tests ({args.workers} workers, one control plane each)")
-        # -rs: each skipped module's reason (a component not built here) is listed.
-        cmd = _pytest(["-rs", "-m", "integration", "tests"], args.workers, junit)
+        cmd = integration_command(["tests"], args.workers, junit)
         _run(cmd, phases["integration"], echo=True)
+    for thread in (unit, linter):
+        if thread.is_alive() or thread.ident is not None:
+            thread.join()
+    if phases["lint"].code:
+        sys.stdout.writelines(phases["lint"].output)
     _summary(phases, time.monotonic() - began, junit)
     failed = [p.name for p in phases.values() if p.code not in (None, 0)]
     if failed:
