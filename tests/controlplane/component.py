@@ -84,7 +84,8 @@ class Component:
     #: Components that must run before this one (started first, by name).
     requires: ClassVar[tuple[str, ...]] = ()
     #: CRD files of :data:`DEFAULT_CRD_FILES` (by file-name prefix) whose CRDs its
-    #: release installs instead: ``plane.install_crds()`` leaves them alone while it runs.
+    #: release installs instead: ``plane.install_crds()`` leaves them alone while it runs,
+    #: and ``plane.stop_component()`` puts the stand-ins back after.
     owns_crd_files: ClassVar[tuple[str, ...]] = ()
     #: What it runs, through the one builder (None: nothing to build).
     go_build: ClassVar[GoBuild | None] = None

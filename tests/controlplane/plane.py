@@ -379,10 +379,19 @@ class ControlPlane:
         return tuple(self._running)
 
     def stop_component(self, name: str) -> None:
-        """Stop the component ``name`` (a no-op when it does not run)."""
+        """Stop the component ``name`` (a no-op when it does not run), then put back
+        the stand-in CRDs its release replaced (its ``owns_crd_files``): what runs
+        later on this control plane finds the kinds as :meth:`install_crds` left
+        them (LWS v0.9.0's DisaggregatedSet has no ``spec.slices``, and a later
+        module's object lost it to pruning)."""
         component = self._running.pop(name, None)
-        if component is not None:
-            component.stop()
+        if component is None:
+            return
+        component.stop()
+        owned = component.owns_crd_files
+        stand_ins = [f for f in DEFAULT_CRD_FILES if owned and Path(f).name.startswith(owned)]
+        if stand_ins and self.running:
+            self.install_crds(stand_ins)
 
     # ----------------------------------------------------------- identities
     def _issue(self, user: str, groups: Iterable[str], directory: Path) -> ClientIdentity:

@@ -593,13 +593,22 @@ def test_past_the_bound_versions_are_dropped_counted_and_caught_up(env: Env) -> 
 # ------------------------------------------------------------------------------- least privilege
 
 
-def test_the_shipped_rbac_and_policy_allow_the_trail_and_nothing_more(env: Env) -> None:
+def test_the_shipped_rbac_and_policy_allow_the_trail_and_nothing_more(
+    env: Env, request: pytest.FixtureRequest
+) -> None:
     """As the real ServiceAccount under the shipped ClusterRole, Lease Role and writes
     policy: the JWK set is published, the backlog is written and deleted, versions land;
     a backlog ConfigMap outside the annotator's namespace is refused by the policy."""
     cp = env.cp
     if not cp.request("GET", "/api/v1/namespaces/aibom-system").ok:
         cp.kubectl("create", "namespace", "aibom-system")
+    # Cluster-scoped, on the session's control plane: gone after the test (a later
+    # module's `helm install` of the chart refused to adopt the ClusterRole).
+    request.addfinalizer(
+        lambda: cp.kubectl(
+            "delete", "--ignore-not-found", "-f", str(POLICY), "-f", str(RBAC), check=False
+        )
+    )
     cp.kubectl("apply", "--server-side", "-f", str(RBAC))
     cp.kubectl("apply", "--server-side", "-f", str(POLICY))
     token = cp.kubectl(

@@ -479,3 +479,26 @@ def test_the_real_controllers_edges_pass_the_provenance_guard(
     wait_pods(control_plane, ns, group_pods("proven", 2, 3))
     text = lws_controller.log_path.read_text(errors="replace")
     assert "aibom-rollup-provenance" not in text, "the guard refused the LWS controller"
+
+
+def _disaggregatedset_schema(cp: ControlPlane) -> str:
+    crd = cp.request(
+        "GET",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        "disaggregatedsets.disaggregatedset.x-k8s.io",
+    )
+    assert crd.ok, crd.body[:500]
+    return json.dumps(crd.json()["spec"]["versions"])
+
+
+def test_stopping_it_puts_the_vendored_crds_back(
+    control_plane: ControlPlane, lws_controller: Lws
+) -> None:
+    """Last in this module. While the controller runs, its release's CRDs stand;
+    stopped, the vendored ones are back for the next module on this control plane
+    (v0.9.0's DisaggregatedSet has no `spec.slices`: a later module's object lost
+    it to pruning when they were not)."""
+    assert '"slices"' not in _disaggregatedset_schema(control_plane)  # the release's
+    control_plane.stop_component("lws")
+    assert "lws" not in control_plane.running_components
+    assert '"slices"' in _disaggregatedset_schema(control_plane)

@@ -51,6 +51,7 @@ from tests.integration.support import (
     grant_annotator,
     grant_lease,
     kubectl_get,
+    metric_sum,
     stamp,
     wait_for,
     wait_registered,
@@ -201,6 +202,14 @@ def pod_path(ns: str, name: str) -> str:
 # -- the oversized review ------------------------------------------------------------------
 
 
+def fail_opens(cp: ControlPlane, webhook: Webhook) -> float:
+    """Admissions the API server let through because `webhook` did not answer."""
+    text = cp.request("GET", "/metrics").body.decode()
+    names = {w["name"] for doc in webhook.config if doc for w in doc.get("webhooks", [])}
+    name = "apiserver_admission_webhook_fail_open_count"
+    return sum(metric_sum(text, name, {"name": n, "type": "admit"}) for n in names)
+
+
 PADDING = 1_350_000  # `<` characters: a 1.35 MB request, each sent on as `\u003c` (6 bytes)
 
 
@@ -222,9 +231,21 @@ def test_an_oversized_review_does_not_keep_the_tenants_stamp(env: Env) -> None:
     padded["spec"]["containers"][0]["lifecycle"] = {
         "postStart": {"exec": {"command": ["<" * PADDING]}}
     }
-    before = webhook.metric("aibom_webhook_request_body_bytes_sum")
-    status, stored = create_as(cp, who, padded)
-    assert status == 201, stored.get("message")
+    path = f"/api/v1/namespaces/{ns}/pods/padded"
+    for _ in range(3):
+        before = webhook.metric("aibom_webhook_request_body_bytes_sum")
+        opened = fail_opens(cp, webhook)
+        status, stored = create_as(cp, who, padded)
+        assert status == 201, stored.get("message")
+        if fail_opens(cp, webhook) == opened:
+            break
+        # The webhook did not answer within its timeoutSeconds (2 s, as shipped):
+        # the API server failed open. That is the overload row of the threat table
+        # (the annotator's repair), not this one: on a loaded machine, try again.
+        assert cp.request("DELETE", f"{path}?gracePeriodSeconds=0").ok
+        wait_for("the padded Pod gone", lambda: cp.request("GET", path).status == 404)
+    else:
+        pytest.fail("the API server failed open on every try: the webhook never answered")
     assert stamp(stored) == {"aibom.dev/rollup": "uncovered"}, stamp(stored)
     received = webhook.metric("aibom_webhook_request_body_bytes_sum") - before
     # The review really was the escaped, oversized one (more than 6x the padding).

@@ -49,7 +49,6 @@ from tests.controlplane.component import Component, register
 from tests.controlplane.gobuild import BuildError, GoBuild, SourceTree, ensure
 from tests.controlplane.kubernetes import kubectl_path
 from tests.controlplane.paths import PACKAGE_DIR
-from tests.controlplane.plane import DEFAULT_CRD_FILES
 from tests.controlplane.process import child_env, free_ports, http_ok
 
 #: The commit of the source tree (upstream main #8374, 2026-04-21 18:35:51 UTC,
@@ -282,7 +281,7 @@ class Dynamo(Component):
     summary: ClassVar[str] = f"Dynamo operator {APP_VERSION} ({COMMIT[:8]})"
     requires: ClassVar[tuple[str, ...]] = ("grove",)
     #: Its release's CRDs stand while it runs: v1alpha1 only, where the stand-ins
-    #: serve v1alpha1 and v1beta1 (put back by :meth:`stop`).
+    #: serve v1alpha1 and v1beta1 (put back by ``plane.stop_component``).
     owns_crd_files: ClassVar[tuple[str, ...]] = (
         "nvidia.com_dynamographdeployments",
         "nvidia.com_dynamocomponentdeployments",
@@ -341,15 +340,6 @@ class Dynamo(Component):
         self.wait("its defaulting webhook (a server dry-run create)", self._webhook_defaults)
         self.wait("the graph and component controllers' workers", self.workers)
         self.ready_after(began)
-
-    def stop(self) -> None:
-        super().stop()
-        # Put the stand-ins back (v1alpha1 and v1beta1) for what plays graphs
-        # later on the same control plane.
-        if self.plane.running:
-            self.plane.install_crds(
-                [f for f in DEFAULT_CRD_FILES if Path(f).name.startswith(self.owns_crd_files)]
-            )
 
     def _make_room_for(self, crds: list[dict[str, Any]]) -> None:
         """The API server refuses a CRD whose versions drop one of its
