@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from demo import trail  # noqa: E402
-from tests.controlplane import cache_dir, child_env  # noqa: E402
+from tests.controlplane import cache_dir, kubectl_env  # noqa: E402
 
 NS = "aibom-demo"
 STATE = Path(os.environ.get("AIBOM_DEMO_DIR") or cache_dir() / "demo")
@@ -60,8 +60,7 @@ class Cluster:
     def __init__(self, kubeconfig: str, kubectl: str) -> None:
         self.kubeconfig = kubeconfig
         self.kubectl_bin = kubectl
-        self.env = child_env()
-        self.env["KUBECONFIG"] = kubeconfig
+        self.env = kubectl_env(kubeconfig)  # KUBECONFIG, and kubectl's cache this plane's
         # How kube-apiserver authenticates to the webhook (tests.controlplane up
         # --webhook-client): {"host", "client_ca_file", "token_file"}, or None.
         self.caller: dict[str, str] | None = None

@@ -16,7 +16,7 @@ test files by time):
 3. **unit**: ``pytest -m "not integration"`` (everything that needs no control
    plane), spread over ``--unit-workers`` processes;
 4. **integration**: once the builds, the lint and the unit tests are done,
-   ``pytest -m integration`` (longest files first), one
+   ``pytest -m integration``, one
    file per worker at a time over ``--workers`` processes (pytest-xdist
    ``--dist loadfile``); each worker runs its own control plane, so files never
    share one, and the tests mostly wait on the API server and the processes
@@ -100,14 +100,16 @@ def _pytest(args: list[str], workers: int, junit: Path | None) -> list[str]:
 
 
 def integration_command(paths: list[str], workers: int, junit: Path | None) -> list[str]:
-    """``pytest -m integration`` over `paths`, the files in collection order.
+    """``pytest -m integration`` over `paths`.
 
-    ``--no-loadscope-reorder``: xdist would otherwise hand out the files by their
-    number of tests, most first, undoing the longest-first order of
-    tests/integration/conftest.py (a 1-test, 3-minute file went last).
+    The files go to the workers in pytest-xdist's default order (most tests
+    first). Longest first (``--no-loadscope-reorder`` and a sorted collection) was
+    measured slower here: the four longest files, each starting several
+    components at once, ran together and every test took longer (integration
+    1,022 s against 900 s; BENCHMARKS.md, "make test").
     """
     # -rs: each skipped module's reason (a component not built here) is listed.
-    return _pytest(["-rs", "-m", "integration", "--no-loadscope-reorder", *paths], workers, junit)
+    return _pytest(["-rs", "-m", "integration", *paths], workers, junit)
 
 
 def file_times(junit: Path) -> dict[str, float]:

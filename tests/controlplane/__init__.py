@@ -57,7 +57,7 @@ from tests.controlplane.plane import (
     Kubectl,
     running_control_plane,
 )
-from tests.controlplane.process import ControlPlaneError, child_env
+from tests.controlplane.process import ControlPlaneError, child_env, kubectl_env
 
 __all__ = [
     "BINARIES",
@@ -80,6 +80,7 @@ __all__ = [
     "bind_rules",
     "cache_dir",
     "child_env",
+    "kubectl_env",
     "copy_json",
     "ensure_binaries",
     "kubectl_path",

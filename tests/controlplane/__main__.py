@@ -100,7 +100,13 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"logs:       {state['logs']}")
     for name, info in state.get("components", {}).items():
         print(f"{name + ':':<16}{info['summary']} as {info['user'] or 'itself'}")
-    print(f"use:        export KUBECONFIG={state['kubeconfig']}; {state['kubectl']} get ns")
+    # kubectl's discovery cache beside the kubeconfig: ~/.kube/cache, keyed by
+    # host:port, can hold what an earlier control plane on the same port served.
+    cache = Path(state["kubeconfig"]).parent / "kubectl-cache"
+    print(
+        f"use:        export KUBECONFIG={state['kubeconfig']} KUBECACHEDIR={cache};"
+        f" {state['kubectl']} get ns"
+    )
     print(f"stop:       cd {REPO_ROOT} && {sys.executable} -m tests.controlplane down")
 
 

@@ -43,7 +43,12 @@ from tests.controlplane.identity import (
 )
 from tests.controlplane.kubernetes import K8S_VERSION, ensure_binaries
 from tests.controlplane.paths import log, shared_dir
-from tests.controlplane.process import ControlPlaneError, Process, child_env, free_ports
+from tests.controlplane.process import (
+    ControlPlaneError,
+    Process,
+    free_ports,
+    kubectl_env,
+)
 
 #: The CRDs ``install_crds`` installs, relative to :func:`shared_dir`.
 #: Dynamo comes from ``crds-standin/``: the real Dynamo CRDs name Dynamo's
@@ -541,9 +546,9 @@ class ControlPlane:
         if not self.server:
             raise ControlPlaneError("control plane not started")
         bin_dir = self.bin_dir or ensure_binaries()
-        cmd = [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
-        env = child_env()
-        env["KUBERC"] = "off"  # the user's ~/.kube/kuberc must not change behaviour
+        config = kubeconfig or self.kubeconfig
+        cmd = [str(bin_dir / "kubectl"), f"--kubeconfig={config}", *args]
+        env = kubectl_env(config)  # its cache this control plane's; no ~/.kube/kuberc
         result = subprocess.run(
             cmd, input=input, capture_output=True, text=True, env=env, timeout=timeout, check=False
         )

@@ -3,13 +3,16 @@ killed with its owner, stopped SIGTERM-then-SIGKILL; and waiting for it to be re
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,12 +30,31 @@ class ControlPlaneError(RuntimeError):
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
+_KUBECTL_CACHE: list[str] = []
+
+
+def _private_kubectl_cache() -> str:
+    """This process's own kubectl cache folder, removed at exit."""
+    if not _KUBECTL_CACHE:
+        path = tempfile.mkdtemp(prefix="aibom-kubectl-cache-")
+        atexit.register(shutil.rmtree, path, True)
+        _KUBECTL_CACHE.append(path)
+    return _KUBECTL_CACHE[0]
+
+
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for a control-plane process or a client of it.
 
     Proxy variables are removed and ``NO_PROXY`` covers loopback: the API
     server must reach admission webhooks at ``https://127.0.0.1:PORT`` and
     clients must reach the API server directly, never through a proxy.
+
+    ``KUBECACHEDIR``: kubectl keeps what discovery said on disk for hours, by
+    ``host_port``; control planes reuse loopback ports, so the shared
+    ``~/.kube/cache`` served one control plane's API versions to another (the
+    demo's ``kubectl get dynamographdeployment`` asked for a version its API
+    server did not serve: "could not find the requested resource"). Here each
+    process has its own, and :func:`kubectl_env` one per control plane.
     """
     env = dict(os.environ if base is None else base)
     for var in _PROXY_VARS:
@@ -40,6 +62,18 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
         env.pop(var.lower(), None)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
     env.pop("KUBECONFIG", None)
+    env["KUBECACHEDIR"] = _private_kubectl_cache()
+    return env
+
+
+def kubectl_env(kubeconfig: Path | str) -> dict[str, str]:
+    """:func:`child_env` for kubectl against one control plane as one identity:
+    ``KUBECONFIG``, and kubectl's cache beside that kubeconfig (it goes with the
+    control plane's data folder); the user's ``~/.kube/kuberc`` off."""
+    env = child_env()
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["KUBECACHEDIR"] = str(Path(kubeconfig).parent / "kubectl-cache")
+    env["KUBERC"] = "off"
     return env
 
 

@@ -131,41 +131,6 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-#: The integration files that take longest, longest first (test time summed over each
-#: file's tests, `make test` on 4 workers; tests/run.py prints it after every run).
-#: pytest-xdist (--dist loadfile --no-loadscope-reorder, as tests/run.py runs it) hands
-#: files to workers in collection order, so these start first instead of last: a long
-#: file started late is the suite's tail. Files not named here follow, by name.
-LONGEST_FIRST = (
-    "test_annotator_faults.py",
-    "test_export.py",
-    "test_dynamo.py",
-    "test_annotator.py",
-    "test_demo.py",
-    "test_kubectl_aibom.py",
-    "test_grove.py",
-    "test_nim_operator.py",
-    "test_provenance_attacks.py",
-    "test_guard.py",
-    "test_kyverno.py",
-    "test_annotator_oidc.py",
-    "test_gatekeeper.py",
-    "test_provenance.py",
-    "test_lws.py",
-    "test_kserve_operator.py",
-    "test_kubectl_aibom_inventory.py",
-    "test_controlplane.py",
-    "test_kuberay.py",
-    "test_signing.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest files first (:data:`LONGEST_FIRST`), each file's tests in their order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def _marked(session: pytest.Session, marker: str) -> list[str]:
     names: list[str] = []
     for item in session.items:
