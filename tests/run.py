@@ -100,14 +100,9 @@ def _pytest(args: list[str], workers: int, junit: Path | None) -> list[str]:
 
 
 def integration_command(paths: list[str], workers: int, junit: Path | None) -> list[str]:
-    """``pytest -m integration`` over `paths`.
-
-    The files go to the workers in pytest-xdist's default order (most tests
-    first). Longest first (``--no-loadscope-reorder`` and a sorted collection) was
-    measured slower here: the four longest files, each starting several
-    components at once, ran together and every test took longer (integration
-    1,022 s against 900 s; BENCHMARKS.md, "make test").
-    """
+    """``pytest -m integration`` over `paths`: the files in pytest-xdist's default
+    order (most tests first, tests/integration/conftest.py's order among equals;
+    measured there)."""
     # -rs: each skipped module's reason (a component not built here) is listed.
     return _pytest(["-rs", "-m", "integration", *paths], workers, junit)
 
