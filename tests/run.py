@@ -99,14 +99,6 @@ def _pytest(args: list[str], workers: int, junit: Path | None) -> list[str]:
     return cmd
 
 
-def integration_command(paths: list[str], workers: int, junit: Path | None) -> list[str]:
-    """``pytest -m integration`` over `paths`: the files in pytest-xdist's default
-    order (most tests first, tests/integration/conftest.py's order among equals;
-    measured there)."""
-    # -rs: each skipped module's reason (a component not built here) is listed.
-    return _pytest(["-rs", "-m", "integration", *paths], workers, junit)
-
-
 def file_times(junit: Path) -> dict[str, float]:
     """Seconds of test time per test file, from a JUnit XML report."""
     times: dict[str, float] = defaultdict(float)
@@ -186,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         ].note = f"not built here: {', '.join(unbuilt)} (their tests skip or fail, see above)"
     if "integration" not in skip:
         _say(f"integration tests ({args.workers} workers, one control plane each)")
-        cmd = integration_command(["tests"], args.workers, junit)
+        # -rs: each skipped module's reason (a component not built here) is listed.
+        # The files go out in xdist's default order (tests/integration/conftest.py).
+        cmd = _pytest(["-rs", "-m", "integration", "tests"], args.workers, junit)
         _run(cmd, phases["integration"], echo=True)
     _summary(phases, time.monotonic() - began, junit)
     failed = [p.name for p in phases.values() if p.code not in (None, 0)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import http.client
 import os
 import shutil
@@ -30,16 +31,12 @@ class ControlPlaneError(RuntimeError):
 _PROXY_VARS: Final = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
-_KUBECTL_CACHE: list[str] = []
-
-
+@functools.cache
 def _private_kubectl_cache() -> str:
     """This process's own kubectl cache folder, removed at exit."""
-    if not _KUBECTL_CACHE:
-        path = tempfile.mkdtemp(prefix="aibom-kubectl-cache-")
-        atexit.register(shutil.rmtree, path, True)
-        _KUBECTL_CACHE.append(path)
-    return _KUBECTL_CACHE[0]
+    path = tempfile.mkdtemp(prefix="aibom-kubectl-cache-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:

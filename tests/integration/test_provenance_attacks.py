@@ -231,7 +231,7 @@ def test_an_oversized_review_does_not_keep_the_tenants_stamp(env: Env) -> None:
     padded["spec"]["containers"][0]["lifecycle"] = {
         "postStart": {"exec": {"command": ["<" * PADDING]}}
     }
-    path = f"/api/v1/namespaces/{ns}/pods/padded"
+    path = pod_path(ns, "padded")
     for _ in range(3):
         before = webhook.metric("aibom_webhook_request_body_bytes_sum")
         opened = fail_opens(cp, webhook)
