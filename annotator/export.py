@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -63,7 +63,12 @@ from aibom_core.document import MANAGED_BY_LABEL, DocLabels, label_value, unpack
 from aibom_edge.kube import Kube, KubeError
 from aibom_edge.metrics import Collectors
 from aibom_edge.oci import Endpoint, OciError
-from aibom_edge.oci_client import Client, manifest_digest
+
+if TYPE_CHECKING:
+    # The ORAS SDK imports jsonschema's format checkers, which build an RFC 3987
+    # grammar at import: about 1.5 s of CPU that an annotator without --export
+    # never needs (BENCHMARKS.md, "make test"). Imported where a client is made.
+    from aibom_edge.oci_client import Client
 
 log = logging.getLogger("annotator")
 
@@ -194,7 +199,11 @@ class Exporter:
         self.settings = settings
         self.metrics = metrics
         self.is_leader = is_leader
-        self.client = client or Client(settings.endpoint)
+        if client is None:
+            from aibom_edge.oci_client import Client  # the ORAS SDK: see the imports
+
+            client = Client(settings.endpoint)
+        self.client = client
         self.clock = clock
         self.cluster = settings.cluster
         self.metrics.backlog_limit.set(settings.backlog_bytes)
@@ -494,6 +503,8 @@ class Exporter:
         return "pushed"
 
     def _push_referrers(self, version: trail.Version, document: bytes) -> None:
+        from aibom_edge.oci_client import manifest_digest  # loaded with the client
+
         c = self.client
         for image, digest in trail.image_digests(json.loads(document)):
             repo = trail.image_repository(self.settings.image_template, image)

@@ -122,6 +122,10 @@ def test_the_fake_nodes_are_ready_and_kwok_renews_their_leases(
         assert lease is not None, f"no Lease for {name}"
         # Held and renewed by kwok (its process's identity), as a kubelet holds its own.
         assert lease["spec"].get("holderIdentity") and lease["spec"].get("renewTime"), lease
+    # What a start that timed out prints about the Nodes, on Nodes that are fine.
+    state = kwok.nodes_state().split("; ")
+    assert len(state) == NODES
+    assert all("Ready=True" in line and "taints=[]" in line for line in state), state
 
 
 def test_a_deployments_pods_run_on_fake_nodes_with_their_image_digests(

@@ -57,7 +57,7 @@ import yaml
 from tests.controlplane.component import RELEASE_KINDS, Component, register, rendered
 from tests.controlplane.gobuild import GoBuild, go_ldflags, module_dir, module_source
 from tests.controlplane.kubernetes import kustomize
-from tests.controlplane.process import free_ports, http_ok
+from tests.controlplane.process import ControlPlaneError, free_ports, http_ok
 
 #: The kwok release (modules/kwok/go.mod).
 VERSION: Final = "v0.8.0"
@@ -255,7 +255,10 @@ class Kwok(Component):
             resp = self.plane.request("POST", "/api/v1/nodes", node(index))
             if not resp.ok and resp.status != 409:  # 409: left by an earlier start
                 raise RuntimeError(f"creating a kwok Node: {resp.status} {resp.body[:300]!r}")
-        self.wait(f"{NODES} Nodes Ready and untainted", self.nodes_ready)
+        try:
+            self.wait(f"{NODES} Nodes Ready and untainted", self.nodes_ready)
+        except ControlPlaneError as exc:
+            raise ControlPlaneError(f"{exc}\nthe Nodes then: {self.nodes_state()}") from None
         self.ready_after(began)
 
     def _configuration(self, docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -286,6 +289,20 @@ class Kwok(Component):
 
         found = self.nodes()
         return len(found) == NODES and all(ready(n) for n in found)
+
+    def nodes_state(self) -> str:
+        """One line per Node it made: Ready's status and reason, and the taints."""
+        lines = []
+        for n in self.nodes():
+            conditions: list[dict[str, Any]] = n.get("status", {}).get("conditions", [])
+            ready = next((c for c in conditions if c["type"] == "Ready"), {})
+            taints = ",".join(f"{t['key']}:{t['effect']}" for t in n["spec"].get("taints", []))
+            lines.append(
+                f"{n['metadata']['name']} Ready={ready.get('status', '-')}"
+                f" ({ready.get('reason', '')}) taints=[{taints}]"
+                f" deleting={'deletionTimestamp' in n['metadata']}"
+            )
+        return "; ".join(lines) or "none"
 
     def stop(self) -> None:
         """Delete its Nodes (kube-controller-manager then removes the Pods bound to
