@@ -466,10 +466,23 @@ class Annotator:
     # anything but provenance take controller references as written.
     trust_references: bool = False
     health_port: int = field(default_factory=free_port)
+    #: New ports at most this many times when a port picked free was taken before
+    #: the annotator bound it (4 xdist workers pick ports at once).
+    port_retries: int = 3
+    _log_start: int = 0
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.identity}.log"
+
+    def _lost_its_port(self) -> bool:
+        """It exited because a port picked free was taken before it bound it."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                return b"address already in use" in log.read()
+        except OSError:
+            return False
 
     def start(self) -> Self:
         cmd = [
@@ -494,6 +507,7 @@ class Annotator:
         env = child_env()
         env["PYTHONPATH"] = str(REPO_ROOT)
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self.proc = subprocess.Popen(
                 cmd,
                 stdout=log,
@@ -517,6 +531,11 @@ class Annotator:
         return self.proc is not None and self.proc.poll() is None
 
     def ready(self) -> bool:
+        if not self.alive() and self.port_retries > 0 and self._lost_its_port():
+            self.port_retries -= 1
+            self.metrics_port, self.health_port = free_port(), free_port()
+            self.start()
+            return False
         assert self.alive(), f"annotator exited:\n{self.tail()}"
         return self._get(self.health_port, "/readyz")[0] == 200
 

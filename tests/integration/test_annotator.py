@@ -17,6 +17,7 @@ an annotator never touches another test's objects.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -1027,3 +1028,25 @@ def test_watches_resume_after_an_api_server_restart(
     assert annotator.metric("aibom_annotator_watch_restarts_total") > restarts
     wait_for("the annotator leading again", annotator.leading, 30)
     assert annotator.ready()
+
+
+def test_a_start_whose_port_was_taken_picks_new_ports(
+    tmp_path: Path, annotator_identity: Path, ns: str
+) -> None:
+    """The harness's answer to the free-port race between xdist workers: a port
+    picked free and taken before the annotator binds it makes the annotator exit
+    with its bind error; the test's Annotator starts it again on new ports."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        a = Annotator(
+            annotator_identity, tmp_path, ns, args=("--trust-owner-references",), metrics_port=port
+        ).start()
+        try:
+            a.wait_ready().wait_leading()
+            assert a.metrics_port != port
+            assert a.port_retries == 2
+            assert "address already in use" in a.log_path.read_text()
+        finally:
+            assert a.stop() == 0, a.tail()
