@@ -26,6 +26,7 @@ from tests.controlplane import (
     SourceMissing,
     cache_dir,
     ensure_binaries,
+    kubectl_env,
     webhook_caller,
 )
 from tests.controlplane.gotools import TOOLS, ensure_tool
@@ -100,9 +101,10 @@ def _print_info(state: dict[str, Any]) -> None:
     print(f"logs:       {state['logs']}")
     for name, info in state.get("components", {}).items():
         print(f"{name + ':':<16}{info['summary']} as {info['user'] or 'itself'}")
-    # kubectl's discovery cache beside the kubeconfig: ~/.kube/cache, keyed by
-    # host:port, can hold what an earlier control plane on the same port served.
-    cache = Path(state["kubeconfig"]).parent / "kubectl-cache"
+    # kubectl's discovery cache as the harness sets it (process.kubectl_env):
+    # ~/.kube/cache, keyed by host:port, can hold what an earlier control plane
+    # on the same port served.
+    cache = kubectl_env(state["kubeconfig"])["KUBECACHEDIR"]
     print(
         f"use:        export KUBECONFIG={state['kubeconfig']} KUBECACHEDIR={cache};"
         f" {state['kubectl']} get ns"

@@ -225,6 +225,12 @@ def node(index: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def ready_condition(node: dict[str, Any]) -> dict[str, Any]:
+    """A Node's ``Ready`` condition, ``{}`` when it has none yet."""
+    conditions: list[dict[str, Any]] = node.get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == "Ready"), {})
+
+
 @register
 class Kwok(Component):
     name: ClassVar[str] = "kwok"
@@ -282,10 +288,7 @@ class Kwok(Component):
 
     def nodes_ready(self) -> bool:
         def ready(n: dict[str, Any]) -> bool:
-            conditions = n.get("status", {}).get("conditions", [])
-            return not n["spec"].get("taints") and any(
-                c["type"] == "Ready" and c["status"] == "True" for c in conditions
-            )
+            return not n["spec"].get("taints") and ready_condition(n).get("status") == "True"
 
         found = self.nodes()
         return len(found) == NODES and all(ready(n) for n in found)
@@ -294,8 +297,7 @@ class Kwok(Component):
         """One line per Node it made: Ready's status and reason, and the taints."""
         lines = []
         for n in self.nodes():
-            conditions: list[dict[str, Any]] = n.get("status", {}).get("conditions", [])
-            ready = next((c for c in conditions if c["type"] == "Ready"), {})
+            ready = ready_condition(n)
             taints = ",".join(f"{t['key']}:{t['effect']}" for t in n["spec"].get("taints", []))
             lines.append(
                 f"{n['metadata']['name']} Ready={ready.get('status', '-')}"
