@@ -42,7 +42,7 @@ Go modules (tests/controlplane/modules/, or upstream source trees where the modu
 proxy refuses a module) and cached under {cache_dir()} (AIBOM_CACHE_DIR moves it).
 
 commands:
-  build   build the binaries unless cached (about 5 min the first time), print their folder;
+  build   build the binaries unless cached (about 7 min the first time), print their folder;
           --with NAMES also builds those components, --all every component and tool
   up      start a control plane in the background, install the CRDs from the shared
           upstream folder (AIBOM_SHARED_DIR), start the components of --with, print the

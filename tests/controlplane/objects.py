@@ -5,9 +5,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from tests.controlplane.plane import Kubectl
+
+#: How the harness applies what it builds itself from the shipped manifests (grants,
+#: webhook configurations): server-side, as one field manager, taking over fields
+#: another manager set, and with ``--validate=false``. Any other ``kubectl apply``
+#: or ``create`` first downloads the API server's OpenAPI document to learn that
+#: it can validate fields, and the API server rebuilds that document after every
+#: CRD change: with the operators' CRDs installed, seconds of its CPU each time
+#: (BENCHMARKS.md, "`make test`": "OpenAPI downloads"). These objects' fields are
+#: checked where they are shipped (tests/integration/test_manifests.py: a strict
+#: server-side dry run of every manifest).
+GRANT_APPLY: Final = (
+    "apply", "--server-side", "--force-conflicts", "--field-manager=aibom-test",
+    "--validate=false", "-f", "-",
+)  # fmt: skip
 
 
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +53,11 @@ def bind_rules(
     namespace: str | None = None,
 ) -> None:
     """Grant `user` exactly `rules`: a ClusterRole and binding named `name`, or a Role and
-    RoleBinding in `namespace`. Applied with `kubectl` (the admin's, normally)."""
+    RoleBinding in `namespace`. Applied with `kubectl` (the admin's, normally).
+
+    Applied as :data:`GRANT_APPLY` says (no OpenAPI download): grants made with a
+    plain ``kubectl apply`` took 1.5 s on average and up to 9.9 s in the
+    integration tests."""
     kind = "Role" if namespace else "ClusterRole"
     meta: dict[str, Any] = {"name": name, **({"namespace": namespace} if namespace else {})}
     role = {
@@ -56,4 +74,4 @@ def bind_rules(
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
     docs = {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
-    kubectl("apply", "-f", "-", input=json.dumps(docs))
+    kubectl(*GRANT_APPLY, input=json.dumps(docs))

@@ -63,7 +63,7 @@ Helpers (waiting, objects, the webhook and annotator processes) are in
 
 Mark such tests ``@pytest.mark.integration``. The binaries are built, if not
 cached, once the tests are collected, before the first test starts (a cold
-build takes about 5 minutes on 2 cores and must not count against a test's
+build takes about 7 minutes on 2 cores and must not count against a test's
 timeout). If they cannot be built, every test using the fixtures FAILS with
 the build error: nothing is skipped. Whatever happens (failure, Ctrl-C,
 SIGKILL of pytest), the control plane's processes are stopped.

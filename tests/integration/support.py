@@ -55,7 +55,14 @@ import yaml
 
 from aibom_core.document import unpack
 from aibom_core.objects import Obj
-from tests.controlplane import REPO_ROOT, ControlPlane, Kubectl, bind_rules, child_env
+from tests.controlplane import (
+    GRANT_APPLY,
+    REPO_ROOT,
+    ControlPlane,
+    Kubectl,
+    bind_rules,
+    child_env,
+)
 
 MANIFESTS = REPO_ROOT / "manifests"
 RBAC = MANIFESTS / "annotator" / "rbac.yaml"
@@ -872,7 +879,7 @@ class Webhook:
         return metric_sum(text.decode(), name, labels)
 
     def register(self, kubectl: Kubectl) -> None:
-        kubectl("apply", "-f", "-", input=yaml.safe_dump_all(self.config))
+        kubectl(*GRANT_APPLY, input=yaml.safe_dump_all(self.config))
 
     def unregister(self, kubectl: Kubectl) -> None:
         kubectl("delete", "mutatingwebhookconfiguration", self.name, "--ignore-not-found")

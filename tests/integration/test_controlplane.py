@@ -26,6 +26,7 @@ import yaml
 
 from aibom_core.objects import Obj
 from tests.controlplane import K8S_VERSION, ControlPlane, ControlPlaneError, Kubectl, shared_dir
+from tests.controlplane.apiserver import GC_ENV
 from tests.integration.support import crd, wait_for
 
 pytestmark = pytest.mark.integration
@@ -92,6 +93,17 @@ def test_version_is_the_pinned_release(control_plane: ControlPlane, kubectl: Kub
     versions = yaml.safe_load(out)
     assert versions["clientVersion"]["gitVersion"] == K8S_VERSION
     assert versions["serverVersion"]["gitVersion"] == K8S_VERSION
+
+
+def test_the_api_server_runs_with_the_test_garbage_collector(
+    control_plane: ControlPlane,
+) -> None:
+    """tests/controlplane/apiserver.py GC_ENV reaches the running kube-apiserver,
+    unless the caller set its own."""
+    raw = Path(f"/proc/{control_plane.pids['kube-apiserver']}/environ").read_bytes()
+    env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    for name, value in GC_ENV.items():
+        assert env.get(name) == os.environ.get(name, value), name
 
 
 def test_deployment_gets_replicaset_and_pods_then_gc(

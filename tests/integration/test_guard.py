@@ -32,6 +32,7 @@ import yaml
 from aibom_core.objects import Obj, ObjRef
 from annotator.configmap import owner_reference
 from tests.controlplane import (
+    GRANT_APPLY,
     REPO_ROOT,
     ClientIdentity,
     ControlPlane,
@@ -175,12 +176,7 @@ class ServiceAccount:
                 "subjects": [subject],
             },
         ]
-        kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
-        )
+        kubectl(*GRANT_APPLY, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
         resp = cp.request(
             "POST",
             f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -181,3 +183,12 @@ def test_every_declared_dependency_is_imported_by_the_product() -> None:
     ]
     unused = set(_declared()) - imported_distributions(sources)
     assert not unused, f"declared in pyproject.toml, imported by no product module: {unused}"
+
+
+def test_the_processes_the_tests_start_keep_their_bytecode() -> None:
+    """tests/conftest.py: a child started by a test writes and reuses ``__pycache__``
+    even when the image sets PYTHONDONTWRITEBYTECODE (ours does)."""
+    probe = "import sys; print(sys.dont_write_bytecode)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "PYTHONDONTWRITEBYTECODE" not in os.environ
+    assert out.stdout.strip() == "False"
