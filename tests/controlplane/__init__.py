@@ -48,7 +48,7 @@ from tests.controlplane.kubernetes import (
     ensure_binaries,
     kubectl_path,
 )
-from tests.controlplane.objects import GRANT_APPLY, bind_rules, copy_json, owner_reference
+from tests.controlplane.objects import HARNESS_APPLY, bind_rules, copy_json, owner_reference
 from tests.controlplane.paths import REPO_ROOT, cache_dir, shared_dir
 from tests.controlplane.plane import (
     DEFAULT_CRD_FILES,
@@ -77,7 +77,7 @@ __all__ = [
     "OidcIssuer",
     "ServingCert",
     "WebhookCaller",
-    "GRANT_APPLY",
+    "HARNESS_APPLY",
     "bind_rules",
     "cache_dir",
     "child_env",

@@ -59,7 +59,7 @@ def ensure_binaries() -> Path:
     """Build the binaries unless cached; return their ``bin/`` folder.
 
     A cached build costs a hash of a few files (about 0.1 s); a cold build
-    took about 7 minutes on 2 cores (409 s on 2026-12-07), plus 0.6 GB of module cache and 3 GB of
+    took about 7 minutes on 2 cores (325-409 s), plus 0.6 GB of module cache and 3 GB of
     build cache.
     """
     return ensure(BUILD) / "bin"

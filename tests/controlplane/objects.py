@@ -18,7 +18,7 @@ from tests.controlplane.plane import Kubectl
 #: (BENCHMARKS.md, "`make test`": "OpenAPI downloads"). These objects' fields are
 #: checked where they are shipped (tests/integration/test_manifests.py: a strict
 #: server-side dry run of every manifest).
-GRANT_APPLY: Final = (
+HARNESS_APPLY: Final = (
     "apply", "--server-side", "--force-conflicts", "--field-manager=aibom-test",
     "--validate=false", "-f", "-",
 )  # fmt: skip
@@ -55,7 +55,7 @@ def bind_rules(
     """Grant `user` exactly `rules`: a ClusterRole and binding named `name`, or a Role and
     RoleBinding in `namespace`. Applied with `kubectl` (the admin's, normally).
 
-    Applied as :data:`GRANT_APPLY` says (no OpenAPI download): grants made with a
+    Applied as :data:`HARNESS_APPLY` says (no OpenAPI download): grants made with a
     plain ``kubectl apply`` took 1.5 s on average and up to 9.9 s in the
     integration tests."""
     kind = "Role" if namespace else "ClusterRole"
@@ -74,4 +74,4 @@ def bind_rules(
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
     docs = {"apiVersion": "v1", "kind": "List", "items": [role, binding]}
-    kubectl(*GRANT_APPLY, input=json.dumps(docs))
+    kubectl(*HARNESS_APPLY, input=json.dumps(docs))

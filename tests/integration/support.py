@@ -56,7 +56,7 @@ import yaml
 from aibom_core.document import unpack
 from aibom_core.objects import Obj
 from tests.controlplane import (
-    GRANT_APPLY,
+    HARNESS_APPLY,
     REPO_ROOT,
     ControlPlane,
     Kubectl,
@@ -879,7 +879,7 @@ class Webhook:
         return metric_sum(text.decode(), name, labels)
 
     def register(self, kubectl: Kubectl) -> None:
-        kubectl(*GRANT_APPLY, input=yaml.safe_dump_all(self.config))
+        kubectl(*HARNESS_APPLY, input=yaml.safe_dump_all(self.config))
 
     def unregister(self, kubectl: Kubectl) -> None:
         kubectl("delete", "mutatingwebhookconfiguration", self.name, "--ignore-not-found")

@@ -32,7 +32,7 @@ import yaml
 from aibom_core.objects import Obj, ObjRef
 from annotator.configmap import owner_reference
 from tests.controlplane import (
-    GRANT_APPLY,
+    HARNESS_APPLY,
     REPO_ROOT,
     ClientIdentity,
     ControlPlane,
@@ -176,7 +176,9 @@ class ServiceAccount:
                 "subjects": [subject],
             },
         ]
-        kubectl(*GRANT_APPLY, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        kubectl(
+            *HARNESS_APPLY, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+        )
         resp = cp.request(
             "POST",
             f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
